@@ -1,0 +1,94 @@
+"""Content-addressed response cache on SQLite.
+
+The key is a SHA-256 over a canonical JSON form (sorted keys) of model, messages, params, seed
+and output schema — never an object's memory form — so a rerun repeats no call and a changed
+prompt file invalidates only the entries of its own task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS responses (
+    key TEXT PRIMARY KEY,
+    task TEXT NOT NULL,
+    model TEXT NOT NULL,
+    request TEXT NOT NULL,
+    content TEXT NOT NULL,
+    usage TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS responses_task ON responses(task);
+"""
+
+
+def cache_key(*, model: str, messages: list[dict], params: dict, seed: int, schema: str) -> str:
+    canon = json.dumps(
+        {"model": model, "messages": messages, "params": params, "seed": seed, "schema": schema},
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canon.encode()).hexdigest()
+
+
+class ResponseCache:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def get(self, key: str) -> tuple[str, dict] | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT content, usage FROM responses WHERE key = ?", (key,)
+            ).fetchone()
+        return None if row is None else (row[0], json.loads(row[1]))
+
+    def put(self, key: str, *, task: str, model: str, request: dict, content: str, usage: dict):
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
+                (key, task, model, json.dumps(request, sort_keys=True), content, json.dumps(usage)),
+            )
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM responses WHERE key = ?", (key,))
+
+    def lookup(self, key: str) -> dict | None:
+        """The full entry (request and raw answer), for `prb show`."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT task, model, request, content, usage FROM responses WHERE key = ?", (key,)
+            ).fetchone()
+        if row is None:
+            return None
+        task, model, request, content, usage = row
+        return {
+            "task": task,
+            "model": model,
+            "request": json.loads(request),
+            "content": content,
+            "usage": json.loads(usage),
+        }
+
+    def count(self, task: str | None = None) -> int:
+        with self._lock:
+            if task is None:
+                return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+            return self._db.execute(
+                "SELECT COUNT(*) FROM responses WHERE task = ?", (task,)
+            ).fetchone()[0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

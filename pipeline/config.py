@@ -1,0 +1,159 @@
+"""Run configuration: YAML file, then PRB_* environment variables, validated by pydantic."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+
+from pipeline.records import CATEGORIES
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the file and the field."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(Section):
+    base_url: str = "http://127.0.0.1:8000/v1"
+    api_key: SecretStr = SecretStr("sk-local-simulator")
+    generator: str = "prb-sim-1"
+    judge: str = "prb-sim-1"
+    concurrency: int = Field(16, ge=1)
+    max_retries: int = Field(5, ge=0)
+    timeout_s: float = Field(60.0, gt=0)
+    backoff_initial_s: float = Field(0.5, ge=0)
+    backoff_max_s: float = Field(20.0, ge=0)
+    seed: int = 0
+
+
+class PersonaConfig(Section):
+    source: str = "library"  # "library", a local JSON/JSONL/Parquet path, or "hf:NAME"
+    library: list[str] = Field(default_factory=lambda: ["personas/library"])
+    questions: list[str] = Field(default_factory=lambda: ["personas/questions"])
+    per_category: int = Field(8, ge=1)
+    questions_per_persona: int = Field(1, ge=1)
+    categories: list[str] = Field(default_factory=lambda: list(CATEGORIES))
+
+
+class GenerationConfig(Section):
+    word_budget: int = Field(100, ge=20)
+    strategies: list[str] = Field(
+        default_factory=lambda: ["ignore_aspects", "wrong_expertise", "wrong_format", "wrong_tone"]
+    )
+
+
+class FilterConfig(Section):
+    min_quality: float = Field(3.5, ge=1, le=5)  # mean of correctness/relevance/helpfulness
+    max_quality_gap: float = Field(1.0, ge=0)
+    min_adherence_chosen: float = Field(0.6, ge=0, le=1)
+    max_adherence_rejected: float = Field(0.5, ge=0, le=1)
+    min_length_ratio: float = Field(0.6, gt=0)
+    max_length_ratio: float = Field(1.6, gt=0)
+    max_answer_similarity: float = Field(0.95, ge=0, le=1)
+    drop_blind_separated: bool = True
+
+
+class AnnotationConfig(Section):
+    required: bool = False
+    batch_size: int = Field(20, ge=1)
+    annotators: int = Field(3, ge=1)
+    min_labels: int = Field(2, ge=1)
+    seed: int = 0
+
+
+class ReleaseConfig(Section):
+    name: str = "prb-personalized-rewardbench"
+    license: str = "cc-by-4.0"
+
+
+class RunConfig(Section):
+    run_id: str = "default"
+    seed: int = 0
+    outputs_dir: str = "outputs"
+    simulated: bool = False
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    personas: PersonaConfig = Field(default_factory=PersonaConfig)
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    filters: FilterConfig = Field(default_factory=FilterConfig)
+    annotation: AnnotationConfig = Field(default_factory=AnnotationConfig)
+    release: ReleaseConfig = Field(default_factory=ReleaseConfig)
+
+    @property
+    def run_dir(self) -> Path:
+        return resolve_path(self.outputs_dir) / self.run_id
+
+    @property
+    def cache_path(self) -> Path:
+        """One response cache for all runs under outputs_dir: a new run id reuses old calls."""
+        return resolve_path(self.outputs_dir) / "cache.sqlite"
+
+    def public_dict(self) -> dict:
+        """The config as written to manifests: the API key is never included."""
+        data = self.model_dump(mode="json")
+        data["model"].pop("api_key", None)
+        return data
+
+    def fingerprint(self) -> str:
+        data = self.public_dict()
+        data.pop("run_id")
+        data.pop("outputs_dir")
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+ENV_OVERRIDES = {
+    "PRB_BASE_URL": ("model", "base_url"),
+    "PRB_API_KEY": ("model", "api_key"),
+    "PRB_GENERATOR_MODEL": ("model", "generator"),
+    "PRB_JUDGE_MODEL": ("model", "judge"),
+}
+
+
+def resolve_path(path: str | Path) -> Path:
+    """Relative paths in configs are relative to the repository root, not the cwd."""
+    p = Path(path)
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+def load_config(path: str | Path | None = None, **overrides: object) -> RunConfig:
+    data: dict = {}
+    if path is not None:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: cannot read config: {e}") from e
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: malformed YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: the top level must be a mapping")
+    for env, (section, key) in ENV_OVERRIDES.items():
+        if os.environ.get(env):
+            data.setdefault(section, {})[key] = os.environ[env]
+    key_file = os.environ.get("PRB_API_KEY_FILE")
+    if key_file:
+        data.setdefault("model", {})["api_key"] = Path(key_file).read_text().strip()
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        *parents, leaf = dotted.split("__")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+        )
+        raise ConfigError(f"{path or '<defaults>'}: invalid config: {problems}") from None

@@ -1,0 +1,137 @@
+"""The Prefect flow `build`: the seven stages in order, one Prefect task per stage.
+
+Model calls run concurrently with asyncio inside a stage task (bounded by llm.py's semaphore),
+never as one Prefect task per call: Prefect's per-task bookkeeping would dominate. Resume is the
+stage files' job, not Prefect's result cache, so tasks use NO_CACHE. The flow receives the config
+path and plain overrides, never the API key, so the key cannot land in Prefect's database.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from pathlib import Path
+
+from prefect import flow, get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from pipeline import annotation, filters, pairs, personas, questions, release, rubrics
+from pipeline.cache import ResponseCache
+from pipeline.config import RunConfig, load_config
+from pipeline.llm import LLM
+from pipeline.records import FilterRecord, Pair, Persona, RubricRecord, Task
+from pipeline.store import StageFile, atomic_write, dropped_file
+
+STAGES = ("personas", "questions", "rubrics", "pairs", "filters", "annotation", "release")
+
+
+@task(name="personas", cache_policy=NO_CACHE)
+def personas_task(cfg: RunConfig, run_dir: Path) -> list[Persona]:
+    library = personas.load_personas(cfg.personas.library)
+    sample = personas.sample_personas(library, cfg.personas, cfg.seed)
+    StageFile(run_dir, "personas", Persona).write_all(sample)
+    return sample
+
+
+@task(name="questions", cache_policy=NO_CACHE)
+def questions_task(cfg: RunConfig, run_dir: Path, sample: list[Persona]) -> list[Task]:
+    pool = personas.load_questions(cfg.personas.questions)
+    tasks = questions.assign_questions(sample, pool, cfg.personas.questions_per_persona, cfg.seed)
+    StageFile(run_dir, "questions", Task).write_all(tasks)
+    return tasks
+
+
+@task(name="rubrics", cache_policy=NO_CACHE)
+async def rubrics_task(cfg: RunConfig, llm: LLM, run_dir: Path, tasks: list[Task]):
+    counts = await rubrics.run(cfg, llm, run_dir, tasks)
+    get_run_logger().info("rubrics: %s", counts)
+    wanted = {t.task_id for t in tasks}
+    return [
+        r for r in StageFile(run_dir, "rubrics", RubricRecord).read() if r.task.task_id in wanted
+    ]
+
+
+@task(name="pairs", cache_policy=NO_CACHE)
+async def pairs_task(cfg: RunConfig, llm: LLM, run_dir: Path, plans: list[RubricRecord]):
+    counts = await pairs.run(cfg, llm, run_dir, plans)
+    get_run_logger().info("pairs: %s", counts)
+    wanted = {r.task.task_id for r in plans}
+    return [p for p in StageFile(run_dir, "pairs", Pair).read() if p.task.task_id in wanted]
+
+
+@task(name="filters", cache_policy=NO_CACHE)
+async def filters_task(cfg: RunConfig, llm: LLM, run_dir: Path, made: list[Pair]):
+    counts = await filters.run(cfg, llm, run_dir, made)
+    get_run_logger().info("filters: %s", counts)
+    wanted = {p.pair_id for p in made}
+    return [
+        f for f in StageFile(run_dir, "filters", FilterRecord).read() if f.pair.pair_id in wanted
+    ]
+
+
+@task(name="annotation", cache_policy=NO_CACHE)
+def annotation_task(cfg: RunConfig, run_dir: Path, filtered: list[FilterRecord]):
+    return annotation.run(cfg, run_dir, filtered)
+
+
+@task(name="release", cache_policy=NO_CACHE)
+def release_task(cfg, run_dir, filtered, verdicts, funnel, drop_reasons, cache, keys) -> Path:
+    return release.run(cfg, run_dir, filtered, verdicts, funnel, drop_reasons, cache, keys)
+
+
+@flow(name="build", persist_result=False, log_prints=True)
+async def build(config_path: str | None = None, overrides: dict | None = None) -> dict:
+    """Run every stage for one run id; a rerun resumes and repeats no finished work."""
+    overrides = dict(overrides or {})
+    if any("api_key" in k for k in overrides):
+        raise ValueError("pass the API key through PRB_API_KEY or PRB_API_KEY_FILE, not overrides")
+    started = time.monotonic()
+    cfg = load_config(config_path, **overrides)
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cache = ResponseCache(cfg.cache_path)
+    llm = LLM(cfg.model, cache)
+    try:
+        sample = personas_task(cfg, run_dir)
+        tasks = questions_task(cfg, run_dir, sample)
+        plans = await rubrics_task(cfg, llm, run_dir, tasks)
+        made = await pairs_task(cfg, llm, run_dir, plans)
+        filtered = await filters_task(cfg, llm, run_dir, made)
+        verdicts = annotation_task(cfg, run_dir, filtered)
+        funnel = {
+            "personas": len(sample),
+            "questions": len(tasks),
+            "rubrics": len(plans),
+            "pairs": len(made),
+            "filters_kept": sum(f.kept for f in filtered),
+            "annotation_passed": sum(annotation.releasable(cfg, v) for v in verdicts),
+        }
+        reasons: Counter[str] = Counter(d.reason for d in dropped_file(run_dir).read())
+        reasons.update(r for f in filtered for r in f.reasons)
+        keys = {
+            "rubrics": [k for r in plans for k in r.calls.values()],
+            "pairs": [k for p in made for k in p.calls.values()],
+            "filters": [k for f in filtered for k in f.calls.values()],
+        }
+        release_dir = release_task(
+            cfg, run_dir, filtered, verdicts, funnel, dict(sorted(reasons.items())), cache, keys
+        )
+    finally:
+        await llm.aclose()
+        cache.close()
+    manifest = json.loads((release_dir / "manifest.json").read_text())
+    stats = {
+        "run_id": cfg.run_id,
+        "wall_seconds": round(time.monotonic() - started, 3),
+        "usage": llm.usage_dict(),
+    }
+    # run-dependent figures live beside the release, never inside the hashed files
+    with atomic_write(run_dir / "run_stats.json") as f:
+        json.dump(stats, f, indent=2, sort_keys=True)
+    return {
+        "run_dir": str(run_dir),
+        "release_dir": str(release_dir),
+        "funnel": {f["stage"]: f["count"] for f in manifest["funnel"]},
+        "usage": stats["usage"],
+    }

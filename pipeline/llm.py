@@ -1,0 +1,233 @@
+"""The one way to call a model: openai's async client against any OpenAI-compatible endpoint.
+
+Bounded concurrency, tenacity retries (429/5xx/timeouts/connection errors/unparseable output,
+honouring Retry-After), structured output parsed into pydantic models, a content-addressed
+response cache, and token usage counted per stage. Permanent errors (401/403/404/400) stop at
+once instead of retrying forever. The API key is handed to the client and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import openai
+from pydantic import BaseModel, ValidationError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from pipeline.cache import ResponseCache, cache_key
+from pipeline.config import ModelConfig
+from pipeline.prompts import Prompt
+
+log = logging.getLogger("prb.llm")
+
+TASK_HEADER = "X-PRB-Task"  # lets the simulator (or a proxy) see which prompt a call uses
+_FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
+
+
+class LLMError(Exception):
+    """A call that failed after all retries; `kind` becomes the record's drop reason."""
+
+    def __init__(self, kind: str, detail: str):
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+        self.detail = detail
+
+
+class PermanentLLMError(LLMError):
+    """Retrying cannot help (bad key, unknown model, bad request): the run must stop."""
+
+
+class _Unparseable(Exception):
+    pass
+
+
+RETRYABLE = (
+    openai.RateLimitError,
+    openai.InternalServerError,
+    openai.APITimeoutError,
+    openai.APIConnectionError,
+    _Unparseable,
+)
+PERMANENT = (
+    openai.AuthenticationError,
+    openai.PermissionDeniedError,
+    openai.NotFoundError,
+    openai.BadRequestError,
+    openai.UnprocessableEntityError,
+)
+
+
+@dataclass
+class StageUsage:
+    calls: int = 0  # requests sent, retries included
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retries: Counter = field(default_factory=Counter)  # by exception kind
+    failures: Counter = field(default_factory=Counter)
+
+    def as_dict(self) -> dict:
+        return {
+            "calls": self.calls,
+            "cache_hits": self.cache_hits,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "retries": dict(sorted(self.retries.items())),
+            "failures": dict(sorted(self.failures.items())),
+        }
+
+
+@dataclass
+class CallResult:
+    value: BaseModel | str
+    content: str
+    key: str
+    cached: bool
+
+
+def parse_output(content: str, schema: type[BaseModel] | None) -> BaseModel | str:
+    if schema is None:
+        text = content.strip()
+        if not text:
+            raise _Unparseable("empty answer")
+        return text
+    try:
+        return schema.model_validate(json.loads(_FENCE.sub("", content.strip())))
+    except (json.JSONDecodeError, ValidationError) as e:
+        raise _Unparseable(f"{schema.__name__}: {str(e).splitlines()[0][:200]}") from None
+
+
+def _retry_after(exc: BaseException | None) -> float | None:
+    response = getattr(exc, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+class LLM:
+    def __init__(self, cfg: ModelConfig, cache: ResponseCache, *, concurrency: int | None = None):
+        self.cfg = cfg
+        self.cache = cache
+        self.client = openai.AsyncOpenAI(
+            base_url=cfg.base_url,
+            api_key=cfg.api_key.get_secret_value(),
+            max_retries=0,  # tenacity owns retries, so they are counted and bounded in one place
+            timeout=cfg.timeout_s,
+        )
+        self.semaphore = asyncio.Semaphore(concurrency or cfg.concurrency)
+        self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
+        self._backoff = wait_random_exponential(
+            multiplier=cfg.backoff_initial_s, max=cfg.backoff_max_s
+        )
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        hinted = _retry_after(exc)
+        return min(hinted, self.cfg.backoff_max_s) if hinted is not None else self._backoff(state)
+
+    def key_for(self, prompt: Prompt, model: str, messages: list[dict], seed: int) -> str:
+        return cache_key(
+            model=model,
+            messages=messages,
+            params=prompt.params,
+            seed=seed,
+            schema=prompt.output_schema(),
+        )
+
+    async def call(
+        self,
+        prompt: Prompt,
+        *,
+        stage: str,
+        model: str,
+        variables: dict,
+        seed: int | None = None,
+    ) -> CallResult:
+        seed = self.cfg.seed if seed is None else seed
+        messages = prompt.render(**variables)
+        key = self.key_for(prompt, model, messages, seed)
+        usage = self.usage[stage]
+        hit = self.cache.get(key)
+        if hit is not None:
+            content, _ = hit
+            try:
+                usage.cache_hits += 1
+                return CallResult(parse_output(content, prompt.output), content, key, True)
+            except _Unparseable:
+                self.cache.delete(key)  # a schema tightened since: ask again
+                usage.cache_hits -= 1
+
+        async def attempt() -> CallResult:
+            async with self.semaphore:
+                usage.calls += 1
+                response = await self.client.chat.completions.create(
+                    model=model,
+                    messages=messages,
+                    seed=seed,
+                    extra_headers={TASK_HEADER: prompt.task},
+                    **prompt.params,
+                )
+            if response.usage is not None:
+                usage.prompt_tokens += response.usage.prompt_tokens or 0
+                usage.completion_tokens += response.usage.completion_tokens or 0
+            choice = response.choices[0] if response.choices else None
+            content = (choice.message.content if choice else None) or ""
+            value = parse_output(content, prompt.output)
+            self.cache.put(
+                key,
+                task=prompt.task,
+                model=model,
+                request={"messages": messages, "params": prompt.params, "seed": seed},
+                content=content,
+                usage=response.usage.model_dump() if response.usage else {},
+            )
+            return CallResult(value, content, key, False)
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception()
+            usage.retries[type(exc).__name__] += 1
+            log.debug("retrying %s (%s): %s", prompt.task, type(exc).__name__, exc)
+
+        try:
+            async for try_ in AsyncRetrying(
+                retry=retry_if_exception_type(RETRYABLE),
+                stop=stop_after_attempt(self.cfg.max_retries + 1),
+                wait=self._wait,
+                before_sleep=before_sleep,
+                reraise=True,
+            ):
+                with try_:
+                    return await attempt()
+        except PERMANENT as e:
+            usage.failures[type(e).__name__] += 1
+            raise PermanentLLMError(
+                "permanent",
+                f"{type(e).__name__} from {self.cfg.base_url} for model {model!r}"
+                f" (HTTP {getattr(e, 'status_code', '?')}); check the endpoint, model and key",
+            ) from None
+        except _Unparseable as e:
+            usage.failures["unparseable"] += 1
+            raise LLMError("unparseable", str(e)) from None
+        except RETRYABLE as e:
+            usage.failures[type(e).__name__] += 1
+            raise LLMError("endpoint_error", f"{type(e).__name__}: {e}") from None
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    def usage_dict(self) -> dict[str, dict]:
+        return {stage: u.as_dict() for stage, u in sorted(self.usage.items())}

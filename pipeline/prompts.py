@@ -1,0 +1,98 @@
+"""Prompt templates live in prompts/<task>.yaml; this module loads, renders and hashes them.
+
+A prompt file holds `task`, `version`, `output` (a model name from records.py, or `text`),
+`params` (temperature, max_tokens) and Jinja2 templates `system` and `user`. The output schema
+is rendered into the prompt as `{{ output_schema }}`, so the file and its schema travel together.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import yaml
+from pydantic import BaseModel
+
+from pipeline import records
+from pipeline.config import REPO_ROOT
+
+PROMPTS_DIR = REPO_ROOT / "prompts"
+_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=False)
+
+
+PROMPT_KEYS = {"task", "version", "description", "output", "params", "system", "user"}
+
+
+class PromptError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Prompt:
+    task: str
+    version: str
+    path: Path
+    system: str
+    user: str
+    output: type[BaseModel] | None
+    params: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)  # task-specific tables, e.g. rejected strategies
+    sha256: str = ""
+
+    @property
+    def ref(self) -> str:
+        """`task@version+hash`: what manifests and records cite."""
+        return f"{self.task}@{self.version}+{self.sha256[:12]}"
+
+    def output_schema(self) -> str:
+        if self.output is None:
+            return "plain text"
+        return json.dumps(self.output.model_json_schema(), sort_keys=True)
+
+    def render(self, **variables: object) -> list[dict[str, str]]:
+        variables = {"output_schema": self.output_schema(), **variables}
+        try:
+            return [
+                {"role": "system", "content": _ENV.from_string(self.system).render(variables)},
+                {"role": "user", "content": _ENV.from_string(self.user).render(variables)},
+            ]
+        except jinja2.UndefinedError as e:
+            raise PromptError(f"{self.path}: template variable missing: {e.message}") from None
+
+
+def load_prompt(task: str, prompts_dir: Path = PROMPTS_DIR) -> Prompt:
+    path = Path(prompts_dir) / f"{task}.yaml"
+    try:
+        raw = path.read_bytes()
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise PromptError(f"{path}: cannot load prompt: {e}") from e
+    missing = {"task", "version", "output", "system", "user"} - set(data or {})
+    if missing:
+        raise PromptError(f"{path}: missing keys {sorted(missing)}")
+    output = None
+    if data["output"] != "text":
+        output = getattr(records, data["output"], None)
+        if not (isinstance(output, type) and issubclass(output, BaseModel)):
+            raise PromptError(f"{path}: output {data['output']!r} is not a model in records.py")
+    prompt = Prompt(
+        task=data["task"],
+        version=str(data["version"]),
+        path=path,
+        system=data["system"],
+        user=data["user"],
+        output=output,
+        params=dict(data.get("params") or {}),
+        extra={k: v for k, v in data.items() if k not in PROMPT_KEYS},
+    )
+    digest = hashlib.sha256(raw + prompt.output_schema().encode()).hexdigest()
+    return Prompt(**{**prompt.__dict__, "sha256": digest})
+
+
+def all_prompts(prompts_dir: Path = PROMPTS_DIR) -> dict[str, Prompt]:
+    return {
+        p.stem: load_prompt(p.stem, prompts_dir) for p in sorted(Path(prompts_dir).glob("*.yaml"))
+    }

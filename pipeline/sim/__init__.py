@@ -1,0 +1,1 @@
+"""The local OpenAI-compatible simulator behind tests, benchmarks and the demo."""

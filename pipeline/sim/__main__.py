@@ -1,0 +1,3 @@
+from pipeline.sim.server import main
+
+main()

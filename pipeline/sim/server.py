@@ -1,0 +1,193 @@
+"""An OpenAI-compatible HTTP server on loopback: `/v1/models` and `/v1/chat/completions`.
+
+Answers come from `responder` (deterministic per request). Faults are drawn per attempt from a
+seeded generator, so a retried request can succeed, as with a real flaky endpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from pipeline.sim.responder import respond
+
+MODELS = ("prb-sim-1",)
+
+
+@dataclass
+class SimOptions:
+    latency_ms: float = 0.0
+    rate_429: float = 0.0
+    rate_500: float = 0.0
+    rate_malformed: float = 0.0
+    rate_slow: float = 0.0
+    slow_s: float = 30.0
+    degrade_rate: float = 0.0
+    seed: int = 0
+    stats: Counter = field(default_factory=Counter)
+
+
+def create_app(opts: SimOptions) -> FastAPI:
+    app = FastAPI(title="prb simulator")
+    faults = random.Random(opts.seed)
+
+    @app.get("/v1/models")
+    async def models():
+        return {
+            "object": "list",
+            "data": [{"id": m, "object": "model", "owned_by": "prb"} for m in MODELS],
+        }
+
+    @app.get("/stats")
+    async def stats():
+        return dict(opts.stats)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        body = await request.json()
+        opts.stats["requests"] += 1
+        if opts.latency_ms:
+            await asyncio.sleep(opts.latency_ms / 1000)
+        roll = faults.random()
+        edges = [opts.rate_429, opts.rate_500, opts.rate_malformed, opts.rate_slow]
+        cum = [sum(edges[: i + 1]) for i in range(len(edges))]
+        if roll < cum[0]:
+            opts.stats["fault_429"] += 1
+            return JSONResponse(
+                {"error": {"message": "rate limited", "type": "rate_limit"}},
+                status_code=429,
+                headers={"Retry-After": "0"},
+            )
+        if roll < cum[1]:
+            opts.stats["fault_500"] += 1
+            return JSONResponse({"error": {"message": "simulated failure"}}, status_code=500)
+        if body.get("model") not in MODELS:
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": f"model {body.get('model')!r} not found",
+                        "type": "invalid_request_error",
+                        "code": "model_not_found",
+                    }
+                },
+                status_code=404,
+            )
+        content = respond(
+            request.headers.get("x-prb-task"),
+            body.get("messages", []),
+            body["model"],
+            body.get("seed"),
+            opts.degrade_rate,
+        )
+        if roll < cum[2]:
+            opts.stats["fault_malformed"] += 1
+            content = content[: max(1, len(content) // 2)] + " <<garbled"
+        elif roll < cum[3]:
+            opts.stats["fault_slow"] += 1
+            await asyncio.sleep(opts.slow_s)
+        opts.stats["answered"] += 1
+        prompt_tokens = sum(len((m.get("content") or "").split()) for m in body["messages"])
+        completion_tokens = len(content.split())
+        return {
+            "id": "chatcmpl-sim",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": content},
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }
+
+    @app.get("/health")
+    async def health():
+        return PlainTextResponse("ok")
+
+    return app
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+OPTION_FLAGS = {
+    "latency_ms": "--latency-ms",
+    "rate_429": "--rate-429",
+    "rate_500": "--rate-500",
+    "rate_malformed": "--rate-malformed",
+    "rate_slow": "--rate-slow",
+    "slow_s": "--slow-s",
+    "degrade_rate": "--degrade-rate",
+    "seed": "--seed",
+}
+
+
+def serve(port: int, opts: SimOptions, host: str = "127.0.0.1") -> None:
+    import uvicorn
+
+    uvicorn.run(create_app(opts), host=host, port=port, log_level="warning", access_log=False)
+
+
+@contextlib.contextmanager
+def running(port: int | None = None, startup_timeout: float = 30.0, **options):
+    """Run the simulator in a subprocess on a free loopback port; yields its base URL."""
+    port = port or free_port()
+    cmd = [sys.executable, "-m", "pipeline.sim", "--port", str(port)]
+    for name, value in options.items():
+        cmd += [OPTION_FLAGS[name], str(value)]
+    proc = subprocess.Popen(cmd)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"simulator exited with code {proc.returncode} at startup")
+            try:
+                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"simulator did not answer on {base} in {startup_timeout}s")
+            time.sleep(0.1)
+        yield f"{base}/v1"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="prb-sim", description=__doc__)
+    ap.add_argument("--port", type=int, default=8000)
+    defaults = SimOptions()
+    for name, flag in OPTION_FLAGS.items():
+        ap.add_argument(flag, type=type(getattr(defaults, name)), default=getattr(defaults, name))
+    args = ap.parse_args(argv)
+    opts = SimOptions(**{name: getattr(args, name) for name in OPTION_FLAGS})
+    serve(args.port, opts)

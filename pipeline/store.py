@@ -1,0 +1,162 @@
+"""Stage files: `outputs/<run_id>/<stage>.jsonl`, appended record by record, read back on resume.
+
+A line is written whole and flushed before the next record starts, so a crash can at worst tear
+the last line; `read` detects a torn tail, says so, and cuts it off before anything appends.
+Files that are produced in one go (deterministic stages, releases) go through `atomic_write`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from pipeline.records import Dropped
+
+log = logging.getLogger("prb.store")
+M = TypeVar("M", bound=BaseModel)
+
+
+class StageFileError(ValueError):
+    pass
+
+
+def dumps(record: BaseModel) -> str:
+    return json.dumps(record.model_dump(mode="json"), ensure_ascii=False, sort_keys=True)
+
+
+@contextmanager
+def atomic_write(path: Path, mode: str = "w"):
+    """Write to a temp file beside `path`, fsync, then rename into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class StageFile:
+    def __init__(self, run_dir: Path, stage: str, model: type[M]):
+        self.path = Path(run_dir) / f"{stage}.jsonl"
+        self.stage = stage
+        self.model = model
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def _repair_tail(self) -> None:
+        """Cut off a torn last line (no newline at the end) left by a crash."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb+") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            if size == 0:
+                return
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return
+            data = self.path.read_bytes()
+            keep = data.rfind(b"\n") + 1
+            log.warning(
+                "%s: dropped a torn last line (%d bytes) left by an interrupted run",
+                self.path,
+                size - keep,
+            )
+            f.truncate(keep)
+
+    def read(self) -> Iterator[M]:
+        self._repair_tail()
+        if not self.path.exists():
+            return
+        with open(self.path, encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield self.model.model_validate_json(line)
+                except ValidationError as e:
+                    raise StageFileError(
+                        f"{self.path}:{lineno}: not a valid {self.model.__name__}: "
+                        f"{str(e).splitlines()[0]}"
+                    ) from None
+
+    def write_all(self, records: Iterable[BaseModel]) -> int:
+        n = 0
+        with atomic_write(self.path) as f:
+            for r in records:
+                f.write(dumps(r) + "\n")
+                n += 1
+        return n
+
+    @contextmanager
+    def appender(self):
+        self._repair_tail()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a", encoding="utf-8") as f:
+
+            def append(record: BaseModel) -> None:
+                f.write(dumps(record) + "\n")
+                f.flush()
+
+            yield append
+            os.fsync(f.fileno())
+
+    def count(self) -> int:
+        return sum(1 for _ in self.read())
+
+
+def dropped_file(run_dir: Path) -> StageFile:
+    return StageFile(run_dir, "dropped", Dropped)
+
+
+async def process_stage(
+    stage: str,
+    inputs: Iterable,
+    *,
+    input_id,
+    out: StageFile,
+    output_id,
+    run_dir: Path,
+    fn,
+) -> dict[str, int]:
+    """Run async `fn` over the inputs not yet done, appending each result as it completes.
+
+    `fn` returns an output record or a `Dropped`; either way the record is written down, so a
+    resumed run neither redoes nor loses it. A permanent error propagates and cancels the rest.
+    """
+    import asyncio
+
+    drops = dropped_file(run_dir)
+    done = {output_id(r) for r in out.read()}
+    done |= {d.id for d in drops.read() if d.stage == stage}
+    todo = [x for x in inputs if input_id(x) not in done]
+    counts = {"done_before": len(done), "new": 0, "dropped": 0}
+    with out.appender() as append, drops.appender() as append_drop:
+
+        async def one(x) -> None:
+            result = await fn(x)
+            if isinstance(result, Dropped):
+                append_drop(result)
+                counts["dropped"] += 1
+            else:
+                append(result)
+                counts["new"] += 1
+
+        async with asyncio.TaskGroup() as tg:
+            for x in todo:
+                tg.create_task(one(x))
+    return counts

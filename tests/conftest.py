@@ -1,0 +1,80 @@
+"""Shared fixtures: one Prefect server and one simulator per test session, real HTTP throughout."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+# isolate Prefect's state before anything imports it; its parent folder must exist
+_PREFECT_HOME = Path(tempfile.mkdtemp(prefix="prb-prefect-"))
+os.environ["PREFECT_HOME"] = str(_PREFECT_HOME)
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["DO_NOT_TRACK"] = "1"
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO = REPO / "configs" / "demo.yaml"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def prefect_server():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="session")
+def sim_url():
+    """A fault-free simulator shared by the session."""
+    from pipeline.sim.server import running
+
+    with running() as url:
+        yield url
+
+
+@pytest.fixture
+def sim_factory():
+    """Start simulators with options (faults, latency) for one test; stopped after it."""
+    from contextlib import ExitStack
+
+    from pipeline.sim.server import running
+
+    with ExitStack() as stack:
+        yield lambda **opts: stack.enter_context(running(**opts))
+
+
+def write_config(tmp_path: Path, base_url: str, **changes) -> Path:
+    """The demo config, pointed at `base_url` and writing under tmp_path; `changes` are merged
+    into the YAML (nested dicts merge one level deep)."""
+    data = yaml.safe_load(DEMO.read_text())
+    data["outputs_dir"] = str(tmp_path / "outputs")
+    data.setdefault("model", {})["base_url"] = base_url
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(data.get(key), dict):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def build(config: Path, **overrides) -> dict:
+    from pipeline.flows import build as build_flow
+
+    return asyncio.run(build_flow(str(config), overrides))
+
+
+@pytest.fixture
+def small_config(tmp_path, sim_url):
+    """A 6-persona config (2 per category) against the shared simulator."""
+    return write_config(tmp_path, sim_url, personas={"per_category": 2})
