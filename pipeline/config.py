@@ -60,7 +60,8 @@ class FilterConfig(Section):
     min_length_ratio: float = Field(0.6, gt=0)
     max_length_ratio: float = Field(1.6, gt=0)
     max_answer_similarity: float = Field(0.95, ge=0, le=1)
-    drop_blind_separated: bool = True
+    max_question_similarity: float = Field(0.9, ge=0, le=1)  # same persona, rapidfuzz token set
+    drop_blind_separated: bool = True  # False: keep such pairs, flagged `blind_separated`
 
 
 class AnnotationConfig(Section):
@@ -69,11 +70,36 @@ class AnnotationConfig(Section):
     annotators: int = Field(3, ge=1)
     min_labels: int = Field(2, ge=1)
     seed: int = 0
+    gold_per_batch: int = Field(2, ge=0)  # known-answer items (alternating identical/off-topic)
+    repeats_per_batch: int = Field(2, ge=0)  # items shown twice, A/B swapped
+    min_quality: float = Field(3.0, ge=1, le=5)  # mean human score both answers must reach
+    exclude_below: float | None = Field(None, ge=0, le=1)  # drop annotators under this gold acc.
 
 
 class ReleaseConfig(Section):
     name: str = "prb-personalized-rewardbench"
     license: str = "cc-by-4.0"
+
+
+class BatchConfig(Section):
+    """`prb build --mode batch`: the OpenAI Batch API (cheaper, answers within a day)."""
+
+    poll_s: float = Field(30.0, gt=0)  # seconds between status checks
+    max_requests: int = Field(50_000, ge=1)  # per batch file (the API's limit)
+    completion_window: str = "24h"
+
+
+class Price(Section):
+    input_per_1m: float = Field(0.0, ge=0)  # money per 1M prompt tokens
+    output_per_1m: float = Field(0.0, ge=0)  # money per 1M completion tokens
+
+
+class CostConfig(Section):
+    """Turns the manifest's token counts into money (pipeline/cost.py)."""
+
+    currency: str = "USD"
+    batch_discount: float = Field(0.5, ge=0, le=1)  # fraction of the price that batch calls save
+    prices: dict[str, Price] = Field(default_factory=dict)  # model id -> price; absent = unpriced
 
 
 class RunConfig(Section):
@@ -87,6 +113,8 @@ class RunConfig(Section):
     filters: FilterConfig = Field(default_factory=FilterConfig)
     annotation: AnnotationConfig = Field(default_factory=AnnotationConfig)
     release: ReleaseConfig = Field(default_factory=ReleaseConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+    cost: CostConfig = Field(default_factory=CostConfig)
 
     @property
     def run_dir(self) -> Path:

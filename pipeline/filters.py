@@ -1,12 +1,16 @@
 """Stage 5 — filters: keep a pair only if both answers are good and only personal fit separates
 them. Every pair is written to filters.jsonl, kept or not, with every score and every reason.
 
-Checks (thresholds in `filters:` of the config):
+Checks (every threshold lives in `filters:` of the config):
 - quality judge, per answer: correctness/relevance/helpfulness; both clear the bar, small gap;
-- rubric adherence, per answer and aspect: chosen satisfies, rejected does not;
-- persona-blind judge, both A/B orders: if it picks the chosen answer in both without the
-  profile, the pair leaks general quality;
+- rubric adherence, per answer and per aspect: chosen satisfies them, rejected does not;
+- persona-blind judge, asked in both A/B orders: if it picks the same answer in both without
+  seeing the profile, the pair leaks general quality (flagged, and dropped unless configured);
 - length ratio, answer near-duplicates, near-duplicate questions of the same persona.
+
+A judge call that still fails after llm.py's retries (e.g. unparseable output) drops the pair
+with reason `judge_<kind>`; the checks that did succeed are still recorded. A permanent endpoint
+error (bad key, unknown model) stops the run instead.
 """
 
 from __future__ import annotations
@@ -17,27 +21,28 @@ from pathlib import Path
 from rapidfuzz import fuzz
 
 from pipeline.config import FilterConfig, RunConfig
-from pipeline.llm import LLM, LLMError
+from pipeline.llm import LLM, CallResult, LLMError, PermanentLLMError
 from pipeline.prompts import load_prompt
 from pipeline.records import BlindCheck, FilterRecord, Pair, PairChecks, QualityScores
 from pipeline.store import StageFile, process_stage
 
 STAGE = "filters"
-QUESTION_DUP_THRESHOLD = 90  # rapidfuzz token_set_ratio
+JUDGES = ("judge_quality", "judge_adherence", "judge_blind")
 
 
 def words(text: str) -> int:
     return len(text.split())
 
 
-def duplicate_questions(pairs: list[Pair]) -> dict[str, str]:
-    """pair_id -> the pair it duplicates: same persona, near-identical question; first id wins."""
+def duplicate_questions(pairs: list[Pair], threshold: float) -> dict[str, str]:
+    """pair_id -> the pair it duplicates: same persona, near-identical question; first id wins.
+    (The same question asked by different personas is the point of the benchmark, not a dup.)"""
     dup: dict[str, str] = {}
     by_persona: dict[str, list[Pair]] = {}
     for p in sorted(pairs, key=lambda p: p.pair_id):
         seen = by_persona.setdefault(p.task.persona.persona_id, [])
         for q in seen:
-            if fuzz.token_set_ratio(p.task.question, q.task.question) >= QUESTION_DUP_THRESHOLD:
+            if fuzz.token_set_ratio(p.task.question, q.task.question) >= 100 * threshold:
                 dup[p.pair_id] = q.pair_id
                 break
         else:
@@ -46,6 +51,8 @@ def duplicate_questions(pairs: list[Pair]) -> dict[str, str]:
 
 
 def blind_pick(ab: str, ba: str) -> str:
+    """ab: verdict with chosen shown as A; ba: with chosen shown as B. Only a pick that survives
+    the swap counts; the same letter twice is position bias, not a preference."""
     if ab == "A" and ba == "B":
         return "chosen"
     if ab == "B" and ba == "A":
@@ -54,20 +61,24 @@ def blind_pick(ab: str, ba: str) -> str:
 
 
 def decide(checks: PairChecks, t: FilterConfig) -> list[str]:
-    """The reasons a pair is dropped; empty means kept."""
+    """The reasons a pair is dropped; empty means kept. Checks left empty by a failed judge
+    call are skipped here: the failure itself is the reason."""
     reasons = []
     qc, qr = checks.quality_chosen, checks.quality_rejected
-    if qc.mean < t.min_quality:
+    if qc is not None and qc.mean < t.min_quality:
         reasons.append("quality_low_chosen")
-    if qr.mean < t.min_quality:
+    if qr is not None and qr.mean < t.min_quality:
         reasons.append("quality_low_rejected")
-    if checks.quality_gap > t.max_quality_gap:
+    if checks.quality_gap is not None and checks.quality_gap > t.max_quality_gap:
         reasons.append("quality_gap")
-    if checks.adherence_chosen < t.min_adherence_chosen:
+    if checks.adherence_chosen is not None and checks.adherence_chosen < t.min_adherence_chosen:
         reasons.append("chosen_not_adherent")
-    if checks.adherence_rejected > t.max_adherence_rejected:
+    if (
+        checks.adherence_rejected is not None
+        and checks.adherence_rejected > t.max_adherence_rejected
+    ):
         reasons.append("rejected_adherent")
-    if t.drop_blind_separated and checks.blind.picked != "none":
+    if t.drop_blind_separated and checks.blind is not None and checks.blind.picked != "none":
         reasons.append("blind_separated")
     if not t.min_length_ratio <= checks.length_ratio <= t.max_length_ratio:
         reasons.append("length_ratio")
@@ -78,77 +89,97 @@ def decide(checks: PairChecks, t: FilterConfig) -> list[str]:
     return reasons
 
 
+def flags_for(checks: PairChecks) -> list[str]:
+    """Warnings recorded on the pair whether or not they drop it."""
+    flags = []
+    if checks.blind is not None:
+        if checks.blind.picked != "none":
+            flags.append("blind_separated")  # leaks general quality
+        elif checks.blind.ab == checks.blind.ba != "tie":
+            flags.append("blind_position_bias")
+    return flags
+
+
+def per_aspect(result: CallResult, n: int) -> list[bool]:
+    """Satisfied flags in rubric order; an aspect the judge left out counts as not satisfied."""
+    satisfied = {c.index for c in result.value.checks if c.satisfied}
+    return [i in satisfied for i in range(1, n + 1)]
+
+
+def fill_judged(checks: PairChecks, done: dict[str, CallResult], n_aspects: int) -> None:
+    if "quality_chosen" in done:
+        checks.quality_chosen = QualityScores(**done["quality_chosen"].value.model_dump())
+    if "quality_rejected" in done:
+        checks.quality_rejected = QualityScores(**done["quality_rejected"].value.model_dump())
+    if checks.quality_chosen and checks.quality_rejected:
+        gap = checks.quality_chosen.mean - checks.quality_rejected.mean
+        checks.quality_gap = round(abs(gap), 4)
+    for side in ("chosen", "rejected"):
+        if f"adherence_{side}" in done:
+            flags = per_aspect(done[f"adherence_{side}"], n_aspects)
+            setattr(checks, f"aspects_{side}", flags)
+            setattr(checks, f"adherence_{side}", round(sum(flags) / n_aspects, 4))
+    if "blind_ab" in done and "blind_ba" in done:
+        ab, ba = done["blind_ab"].value.choice, done["blind_ba"].value.choice
+        checks.blind = BlindCheck(ab=ab, ba=ba, picked=blind_pick(ab, ba))
+
+
 async def run(cfg: RunConfig, llm: LLM, run_dir: Path, pairs: list[Pair]) -> dict[str, int]:
-    quality, adherence, blind = (
-        load_prompt(t) for t in ("judge_quality", "judge_adherence", "judge_blind")
-    )
+    quality, adherence, blind = (load_prompt(t) for t in JUDGES)
     judge = cfg.model.judge
-    dups = duplicate_questions(pairs)
+    dups = duplicate_questions(pairs, cfg.filters.max_question_similarity)
 
     async def check(pair: Pair) -> FilterRecord:
-        q = pair.task.question
         aspects = [a.model_dump() for a in pair.rubric_aspects]
         checks = PairChecks(
             length_ratio=round(words(pair.rejected) / max(1, words(pair.chosen)), 4),
             answer_similarity=round(fuzz.ratio(pair.chosen, pair.rejected) / 100, 4),
             duplicate_of=dups.get(pair.pair_id),
         )
-
-        def call(prompt, **variables):
-            return llm.call(
-                prompt, stage=STAGE, model=judge, variables={"question": q, **variables}
-            )
-
-        try:
-            qc, qr, ac, ar, ab, ba = await asyncio.gather(
-                call(quality, answer=pair.chosen),
-                call(quality, answer=pair.rejected),
-                call(adherence, aspects=aspects, answer=pair.chosen),
-                call(adherence, aspects=aspects, answer=pair.rejected),
-                call(blind, answer_a=pair.chosen, answer_b=pair.rejected),
-                call(blind, answer_a=pair.rejected, answer_b=pair.chosen),
-            )
-        except LLMError as e:
-            return FilterRecord(
-                pair=pair,
-                checks=checks,
-                judge_model=judge,
-                kept=False,
-                reasons=[f"judge_{e.kind}"],
-            )
-        n = len(aspects)
-
-        def adherence_rate(result) -> float:
-            satisfied = {c.index for c in result.value.checks if c.satisfied and c.index <= n}
-            return round(len(satisfied) / n, 4)
-
-        checks.quality_chosen = QualityScores(**qc.value.model_dump())
-        checks.quality_rejected = QualityScores(**qr.value.model_dump())
-        checks.quality_gap = round(
-            abs(checks.quality_chosen.mean - checks.quality_rejected.mean), 4
+        # quality and adherence see one answer at a time; the blind judge sees both, twice
+        planned = {
+            "quality_chosen": (quality, {"answer": pair.chosen}),
+            "quality_rejected": (quality, {"answer": pair.rejected}),
+            "adherence_chosen": (adherence, {"aspects": aspects, "answer": pair.chosen}),
+            "adherence_rejected": (adherence, {"aspects": aspects, "answer": pair.rejected}),
+            "blind_ab": (blind, {"answer_a": pair.chosen, "answer_b": pair.rejected}),
+            "blind_ba": (blind, {"answer_a": pair.rejected, "answer_b": pair.chosen}),
+        }
+        results = await asyncio.gather(
+            *(
+                llm.call(
+                    prompt,
+                    stage=STAGE,
+                    model=judge,
+                    variables={"question": pair.task.question, **variables},
+                )
+                for prompt, variables in planned.values()
+            ),
+            return_exceptions=True,
         )
-        checks.adherence_chosen = adherence_rate(ac)
-        checks.adherence_rejected = adherence_rate(ar)
-        checks.blind = BlindCheck(
-            ab=ab.value.choice,
-            ba=ba.value.choice,
-            picked=blind_pick(ab.value.choice, ba.value.choice),
-        )
+        done: dict[str, CallResult] = {}
+        errors: dict[str, LLMError] = {}
+        for name, result in zip(planned, results, strict=True):
+            if isinstance(result, PermanentLLMError) or not isinstance(
+                result, (CallResult, LLMError)
+            ):
+                raise result
+            if isinstance(result, LLMError):
+                errors[name] = result
+            else:
+                done[name] = result
+        fill_judged(checks, done, len(aspects))
         reasons = decide(checks, cfg.filters)
+        reasons += sorted({f"judge_{e.kind}" for e in errors.values()})
         return FilterRecord(
             pair=pair,
             checks=checks,
             judge_model=judge,
             kept=not reasons,
             reasons=reasons,
-            calls={
-                "quality_chosen": qc.key,
-                "quality_rejected": qr.key,
-                "adherence_chosen": ac.key,
-                "adherence_rejected": ar.key,
-                "blind_ab": ab.key,
-                "blind_ba": ba.key,
-            },
+            flags=flags_for(checks),
+            errors={name: f"{e.kind}: {e.detail}" for name, e in errors.items()},
+            calls={name: r.key for name, r in done.items()},
         )
 
     return await process_stage(

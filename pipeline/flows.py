@@ -20,6 +20,7 @@ from pipeline import annotation, filters, pairs, personas, questions, release, r
 from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig, load_config
 from pipeline.llm import LLM
+from pipeline.preflight import open_run
 from pipeline.records import FilterRecord, Pair, Persona, RubricRecord, Task
 from pipeline.store import StageFile, atomic_write, dropped_file
 
@@ -28,7 +29,7 @@ STAGES = ("personas", "questions", "rubrics", "pairs", "filters", "annotation", 
 
 @task(name="personas", cache_policy=NO_CACHE)
 def personas_task(cfg: RunConfig, run_dir: Path) -> list[Persona]:
-    library = personas.load_personas(cfg.personas.library)
+    library = personas.source_personas(cfg.personas)  # the library or an imported source
     sample = personas.sample_personas(library, cfg.personas, cfg.seed)
     StageFile(run_dir, "personas", Persona).write_all(sample)
     return sample
@@ -36,7 +37,7 @@ def personas_task(cfg: RunConfig, run_dir: Path) -> list[Persona]:
 
 @task(name="questions", cache_policy=NO_CACHE)
 def questions_task(cfg: RunConfig, run_dir: Path, sample: list[Persona]) -> list[Task]:
-    pool = personas.load_questions(cfg.personas.questions)
+    pool = personas.source_questions(cfg.personas)
     tasks = questions.assign_questions(sample, pool, cfg.personas.questions_per_persona, cfg.seed)
     StageFile(run_dir, "questions", Task).write_all(tasks)
     return tasks
@@ -81,22 +82,49 @@ def release_task(cfg, run_dir, filtered, verdicts, funnel, drop_reasons, cache, 
 
 
 @flow(name="build", persist_result=False, log_prints=True)
-async def build(config_path: str | None = None, overrides: dict | None = None) -> dict:
-    """Run every stage for one run id; a rerun resumes and repeats no finished work."""
+async def build(
+    config_path: str | None = None,
+    overrides: dict | None = None,
+    mode: str = "online",
+    shards: int = 0,
+    force_new_run: bool = False,
+) -> dict:
+    """Run every stage for one run id; a rerun resumes and repeats no finished work.
+
+    mode "batch" sends model calls through the Batch API (pipeline/batch.py); shards > 0 runs
+    each model stage as that many shard tasks on the flow's task runner (pipeline/shards.py).
+    force_new_run moves an existing run directory aside (`<run>.old-N`) and starts afresh.
+    """
+    if mode not in ("online", "batch") or (mode == "batch" and shards):
+        raise ValueError(f"mode {mode!r} with shards={shards}: use online or batch, not both")
     overrides = dict(overrides or {})
     if any("api_key" in k for k in overrides):
         raise ValueError("pass the API key through PRB_API_KEY or PRB_API_KEY_FILE, not overrides")
     started = time.monotonic()
     cfg = load_config(config_path, **overrides)
     run_dir = cfg.run_dir
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # lock the run dir, check prompts render and the config fingerprint: before any model call
+    lock = open_run(cfg, force_new=force_new_run)
     cache = ResponseCache(cfg.cache_path)
-    llm = LLM(cfg.model, cache)
+    if mode == "batch":
+        from pipeline.batch import BatchLLM
+
+        llm = BatchLLM(cfg, cache, run_dir)
+    else:
+        llm = LLM(cfg.model, cache)
+    if shards:
+        from pipeline.shards import run_sharded
     try:
         sample = personas_task(cfg, run_dir)
         tasks = questions_task(cfg, run_dir, sample)
+        if shards:  # the shards do the calls; the stage task then finds them done
+            await run_sharded("rubrics", cfg, llm, run_dir, tasks, shards)
         plans = await rubrics_task(cfg, llm, run_dir, tasks)
+        if shards:
+            await run_sharded("pairs", cfg, llm, run_dir, plans, shards)
         made = await pairs_task(cfg, llm, run_dir, plans)
+        if shards:
+            await run_sharded("filters", cfg, llm, run_dir, made, shards)
         filtered = await filters_task(cfg, llm, run_dir, made)
         verdicts = annotation_task(cfg, run_dir, filtered)
         funnel = {
@@ -120,6 +148,7 @@ async def build(config_path: str | None = None, overrides: dict | None = None) -
     finally:
         await llm.aclose()
         cache.close()
+        lock.release()
     manifest = json.loads((release_dir / "manifest.json").read_text())
     stats = {
         "run_id": cfg.run_id,

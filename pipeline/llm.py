@@ -15,7 +15,9 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+import httpx2  # the HTTP library of this openai release
 import openai
+from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 from tenacity import (
     AsyncRetrying,
@@ -44,8 +46,16 @@ class LLMError(Exception):
         self.detail = detail
 
 
-class PermanentLLMError(LLMError):
-    """Retrying cannot help (bad key, unknown model, bad request): the run must stop."""
+class PermanentLLMError(Exception):
+    """Retrying cannot help (bad key, unknown model, bad request): the run must stop.
+
+    Deliberately not an LLMError: stages turn LLMErrors into dropped records, and a bad key must
+    stop the run, not drop every record."""
+
+    def __init__(self, kind: str, detail: str):
+        super().__init__(detail)
+        self.kind = kind
+        self.detail = detail
 
 
 class _Unparseable(Exception):
@@ -126,6 +136,14 @@ class LLM:
             api_key=cfg.api_key.get_secret_value(),
             max_retries=0,  # tenacity owns retries, so they are counted and bounded in one place
             timeout=cfg.timeout_s,
+            # a pool no larger than the concurrency: httpcore scans every pooled connection per
+            # request, which cost ~1 ms per call at the default 1,000 (bench/throughput.py)
+            http_client=openai.DefaultAsyncHttpxClient(
+                limits=httpx2.Limits(
+                    max_connections=concurrency or cfg.concurrency,
+                    max_keepalive_connections=concurrency or cfg.concurrency,
+                )
+            ),
         )
         self.semaphore = asyncio.Semaphore(concurrency or cfg.concurrency)
         self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
@@ -173,17 +191,26 @@ class LLM:
         async def attempt() -> CallResult:
             async with self.semaphore:
                 usage.calls += 1
-                response = await self.client.chat.completions.create(
-                    model=model,
-                    messages=messages,
-                    seed=seed,
-                    extra_headers={TASK_HEADER: prompt.task},
-                    **prompt.params,
-                )
+                try:
+                    response = await self.client.chat.completions.create(
+                        model=model,
+                        messages=messages,
+                        seed=seed,
+                        extra_headers={TASK_HEADER: prompt.task},
+                        **prompt.params,
+                    )
+                except (json.JSONDecodeError, openai.APIResponseValidationError) as e:
+                    # a truncated or garbled body: transient, like a 5xx
+                    raise _Unparseable(f"response body: {type(e).__name__}") from None
+            if not isinstance(response, ChatCompletion):  # a 200 whose body is not JSON
+                raise _Unparseable(f"response body is not a chat completion: {response!r:.60}")
             if response.usage is not None:
                 usage.prompt_tokens += response.usage.prompt_tokens or 0
                 usage.completion_tokens += response.usage.completion_tokens or 0
             choice = response.choices[0] if response.choices else None
+            if choice is not None and choice.finish_reason == "content_filter":
+                # the provider refused: asking again gives the same refusal, so no retry
+                raise LLMError("content_filter", f"{prompt.task}: answer withheld by the filter")
             content = (choice.message.content if choice else None) or ""
             value = parse_output(content, prompt.output)
             self.cache.put(
@@ -218,6 +245,9 @@ class LLM:
                 f"{type(e).__name__} from {self.cfg.base_url} for model {model!r}"
                 f" (HTTP {getattr(e, 'status_code', '?')}); check the endpoint, model and key",
             ) from None
+        except LLMError as e:
+            usage.failures[e.kind] += 1
+            raise
         except _Unparseable as e:
             usage.failures["unparseable"] += 1
             raise LLMError("unparseable", str(e)) from None

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.config import RunConfig
-from pipeline.llm import LLM, LLMError
+from pipeline.llm import LLM, LLMError, PermanentLLMError
 from pipeline.prompts import load_prompt
 from pipeline.records import Dropped, Pair, RubricRecord, stable_id
 from pipeline.store import StageFile, process_stage
@@ -64,6 +64,8 @@ async def run(cfg: RunConfig, llm: LLM, run_dir: Path, rubrics: list[RubricRecor
                     "strategy_instruction": instructions[strategy],
                 },
             )
+        except PermanentLLMError:
+            raise  # the run must stop, not drop every pair
         except LLMError as e:
             return Dropped(
                 stage=STAGE, id=task.task_id, reason=f"generator_{e.kind}", detail=e.detail

@@ -1,10 +1,19 @@
-"""Stage 1 — personas: load the persona library and sample from it, seeded and stratified."""
+"""Stage 1 — personas: load the persona library (or an imported source) and sample from it,
+seeded and stratified by category and by preference dimension/level.
+
+Reading is shared with `prb personas validate`: `scan_records` reports every broken line,
+`read_records` stops at the first one (a build must not start on bad data).
+"""
 
 from __future__ import annotations
 
+import heapq
 import json
+import logging
 import random
+from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -13,18 +22,59 @@ from pydantic import BaseModel, ValidationError
 from pipeline.config import PersonaConfig, resolve_path
 from pipeline.records import Persona, Question
 
+log = logging.getLogger("prb.personas")
+
+TAXONOMY_PATH = "personas/taxonomy.yaml"
+DATA_SUFFIXES = {".jsonl", ".yaml", ".yml", ".json"}
+
 
 class PersonaFileError(ValueError):
     """Bad persona or question data; the message names file, line and field."""
 
 
-def _files(paths: Iterable[str | Path]) -> list[Path]:
+# --- taxonomy ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Taxonomy:
+    """Preference dimensions and their mutually contradicting levels (personas/taxonomy.yaml)."""
+
+    descriptions: dict[str, str]  # dimension -> what it is about
+    levels: dict[str, dict[str, str]]  # dimension -> level -> what a user on that level wants
+
+    @property
+    def dimensions(self) -> list[str]:
+        return list(self.levels)
+
+
+def load_taxonomy(path: str | Path = TAXONOMY_PATH) -> Taxonomy:
+    path = resolve_path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise PersonaFileError(f"{path}: cannot read taxonomy: {e}") from None
+    dims = data.get("dimensions") if isinstance(data, dict) else None
+    if not isinstance(dims, dict) or not dims:
+        raise PersonaFileError(f"{path}: expected a mapping `dimensions:`")
+    descriptions, levels = {}, {}
+    for name, spec in dims.items():
+        lv = spec.get("levels") if isinstance(spec, dict) else None
+        # one level cannot contradict anything: a dimension needs at least two
+        if not isinstance(lv, dict) or len(lv) < 2:
+            raise PersonaFileError(f"{path}: dimension {name!r} needs at least two levels")
+        descriptions[name] = str(spec.get("description", ""))
+        levels[name] = {str(k): str(v) for k, v in lv.items()}
+    return Taxonomy(descriptions, levels)
+
+
+# --- reading files ----------------------------------------------------------------------------
+
+
+def data_files(paths: Iterable[str | Path]) -> list[Path]:
     out: list[Path] = []
     for p in map(resolve_path, paths):
         if p.is_dir():
-            out += sorted(
-                f for f in p.iterdir() if f.suffix in {".jsonl", ".yaml", ".yml", ".json"}
-            )
+            out += sorted(f for f in p.iterdir() if f.suffix in DATA_SUFFIXES)
         elif p.exists():
             out.append(p)
         else:
@@ -32,84 +82,157 @@ def _files(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
-def read_records(path: Path) -> list[tuple[int, dict]]:
-    """(line, record) pairs from a JSONL file, or a YAML/JSON file holding a list."""
+def scan_records(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
+    """(line, record) pairs from a JSONL file or a YAML/JSON list, plus one message per
+    unreadable line. Line numbers are real ones in YAML too, so errors point at the record."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
-        raise PersonaFileError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        return [], [f"{path}: not UTF-8 text ({e.reason} at byte {e.start})"]
+    except OSError as e:
+        return [], [f"{path}: cannot read: {e}"]
+    records: list[tuple[int, dict]] = []
+    problems: list[str] = []
     if path.suffix == ".jsonl":
-        out = []
         for lineno, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
-                raise PersonaFileError(f"{path}:{lineno}: broken JSON: {e.msg}") from None
-            if not isinstance(obj, dict):
-                raise PersonaFileError(f"{path}:{lineno}: a record must be a JSON object")
-            out.append((lineno, obj))
-        return out
+                problems.append(f"{path}:{lineno}: broken JSON: {e.msg} (column {e.colno})")
+                continue
+            if isinstance(obj, dict):
+                records.append((lineno, obj))
+            else:
+                problems.append(f"{path}:{lineno}: a record must be a JSON object")
+        return records, problems
     try:
-        data = yaml.safe_load(text) or []
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise PersonaFileError(f"{path}: malformed YAML/JSON: {e}") from None
+        return [], [f"{path}: malformed YAML/JSON: {e}"]
+    if data is None:
+        return [], []
     if not isinstance(data, list):
-        raise PersonaFileError(f"{path}: expected a list of records")
-    return [(i, obj) for i, obj in enumerate(data, 1)]
+        return [], [f"{path}: expected a list of records"]
+    for item, obj in zip(node.value, data, strict=True):
+        lineno = item.start_mark.line + 1
+        if isinstance(obj, dict):
+            records.append((lineno, obj))
+        else:
+            problems.append(f"{path}:{lineno}: a record must be a mapping")
+    return records, problems
+
+
+def read_records(path: Path) -> list[tuple[int, dict]]:
+    records, problems = scan_records(path)
+    if problems:
+        raise PersonaFileError(problems[0])
+    return records
+
+
+def schema_errors(obj: dict, model: type[BaseModel]) -> tuple[BaseModel | None, list[tuple]]:
+    """The parsed record, or None and every (field, message) pydantic found."""
+    try:
+        return model.model_validate(obj), []
+    except ValidationError as e:
+        return None, [
+            (".".join(str(p) for p in err["loc"]) or "<record>", err["msg"]) for err in e.errors()
+        ]
+
+
+def record_id(obj: dict) -> str:
+    return str(obj.get("persona_id") or obj.get("question_id") or "?")
 
 
 def _parse(path: Path, lineno: int, obj: dict, model: type[BaseModel]):
-    try:
-        return model.model_validate(obj)
-    except ValidationError as e:
-        err = e.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "<record>"
-        rid = obj.get("persona_id") or obj.get("question_id") or "?"
-        raise PersonaFileError(
-            f"{path}:{lineno}: record {rid!r}: field {field}: {err['msg']}"
-        ) from None
+    parsed, errors = schema_errors(obj, model)
+    if errors:
+        field, msg = errors[0]
+        raise PersonaFileError(f"{path}:{lineno}: record {record_id(obj)!r}: field {field}: {msg}")
+    return parsed
 
 
 def load_personas(paths: Iterable[str | Path]) -> list[Persona]:
-    personas = [_parse(f, n, obj, Persona) for f in _files(paths) for n, obj in read_records(f)]
-    if not personas:
+    paths = list(paths)
+    found = [_parse(f, n, obj, Persona) for f in data_files(paths) for n, obj in read_records(f)]
+    if not found:
         raise PersonaFileError(f"no personas found in {', '.join(map(str, paths))}")
-    return personas
+    return found
 
 
 def load_questions(paths: Iterable[str | Path]) -> list[Question]:
-    return [_parse(f, n, obj, Question) for f in _files(paths) for n, obj in read_records(f)]
+    return [_parse(f, n, obj, Question) for f in data_files(paths) for n, obj in read_records(f)]
+
+
+# --- where a build gets its personas ----------------------------------------------------------
+
+
+def source_personas(cfg: PersonaConfig) -> list[Persona]:
+    """The persona pool for a build: the library, or an imported LaMP-QA/PRB-style source."""
+    if cfg.source == "library":
+        return load_personas(cfg.library)
+    from pipeline.persona_import import load_external
+
+    return load_external(cfg.source)[0]
+
+
+def source_questions(cfg: PersonaConfig) -> list[Question]:
+    if cfg.source == "library":
+        return load_questions(cfg.questions)
+    from pipeline.persona_import import load_external
+
+    return load_external(cfg.source)[1]
+
+
+# --- sampling ---------------------------------------------------------------------------------
 
 
 def sample_personas(personas: list[Persona], cfg: PersonaConfig, seed: int) -> list[Persona]:
     """`per_category` personas from each configured category, the same for the same seed.
 
-    Within a category, personas are drawn round-robin over the preference dimensions they
-    cover least so far, so the sample spreads over the taxonomy rather than clustering.
+    Within a category each next persona is the one whose preference levels are least covered
+    by the sample so far (then whose dimensions are), so the sample spreads over contradicting
+    levels of every dimension instead of clustering; ties keep a seeded shuffle order.
     """
     rng = random.Random(f"personas:{seed}")
     out: list[Persona] = []
     for category in cfg.categories:
         pool = sorted((p for p in personas if p.category == category), key=lambda p: p.persona_id)
         if not pool:
-            raise PersonaFileError(f"no personas of category {category!r} in the library")
-        rng.shuffle(pool)
-        covered: dict[str, int] = {}
-        chosen: list[Persona] = []
-        while pool and len(chosen) < cfg.per_category:
-            # prefer the persona whose dimensions are least covered so far; ties keep shuffle order
-            best = min(
-                pool,
-                key=lambda p: (
-                    sum(covered.get(pref.dimension, 0) for pref in p.preferences)
-                    / max(1, len(p.preferences))
-                ),
+            raise PersonaFileError(f"no personas of category {category!r} in the source")
+        if len(pool) < cfg.per_category:
+            log.warning(
+                "only %d personas of %s for per_category=%d", len(pool), category, cfg.per_category
             )
-            pool.remove(best)
-            chosen.append(best)
-            for pref in best.preferences:
-                covered[pref.dimension] = covered.get(pref.dimension, 0) + 1
-        out += chosen
+        rng.shuffle(pool)
+        levels: Counter[tuple[str, str]] = Counter()
+        dims: Counter[str] = Counter()
+
+        def crowding(p: Persona, levels=levels, dims=dims) -> tuple[float, float]:
+            n = max(1, len(p.preferences))
+            return (
+                sum(levels[(x.dimension, x.level)] for x in p.preferences) / n,
+                sum(dims[x.dimension] for x in p.preferences) / n,
+            )
+
+        # Lazy greedy: a persona's crowding only grows as the sample fills, so a stale heap key
+        # is a lower bound; re-score the top and take it if it still beats the next key. Picks
+        # are exactly those of the plain greedy (min by crowding, then shuffle order), in
+        # O(n log n) instead of O(n * per_category).
+        heap = [(crowding(p), i) for i, p in enumerate(pool)]
+        heapq.heapify(heap)
+        taken = 0
+        while heap and taken < cfg.per_category:
+            _, i = heapq.heappop(heap)
+            fresh = (crowding(pool[i]), i)
+            if heap and fresh > heap[0]:
+                heapq.heappush(heap, fresh)
+                continue
+            best = pool[i]
+            taken += 1
+            out.append(best)
+            levels.update((x.dimension, x.level) for x in best.preferences)
+            dims.update(x.dimension for x in best.preferences)
     return out

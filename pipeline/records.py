@@ -65,6 +65,9 @@ class Question(Record):
     category: Category
     question: str = Field(min_length=1)
     asked_by: list[str] = Field(default_factory=list)
+    # kept from imported LaMP-QA / Personalized-RewardBench records, for reference
+    narrative: str | None = None
+    rubric_aspects: list[RubricAspect] = Field(default_factory=list)
 
 
 class Task(Record):
@@ -116,7 +119,80 @@ class BlindOutput(Record):
     reason: str = ""
 
 
+# --- reward-model evaluation (`prb eval`) ------------------------------------------------------
+
+
+class RMScoreOutput(Record):
+    score: float = Field(ge=1, le=10)
+    reason: str = ""
+
+
+class PreferenceOutput(Record):
+    choice: Literal["A", "B", "tie"]
+    reason: str = ""
+
+
+class AspectScore(Record):
+    index: int = Field(ge=1)
+    score: int = Field(ge=0, le=2)
+
+
+class OracleOutput(Record):
+    scores: list[AspectScore]
+
+
+class PairScore(Record):
+    """One reward model's verdict on one released pair; ties and failed calls are not wins."""
+
+    id: str
+    category: str
+    score_chosen: float | None
+    score_rejected: float | None
+    won: bool
+    words_chosen: int
+    words_rejected: int
+    error: str | None = None
+
+
+class BonPick(Record):
+    """One reward model's pick among the N candidates of one prompt, with the oracle's grade."""
+
+    id: str
+    category: str
+    scores: list[float | None]  # the reward model's, one per candidate
+    pick: int
+    oracle: list[float]  # every candidate's mean rubric score / 2, in [0, 1]
+    win: float  # vs a uniformly random candidate: P(pick graded higher) + P(equal) / 2
+
+
+class DraftProfileItem(Record):
+    category: Category
+    text: str = Field(min_length=1)
+
+
+class PersonaDraft(Record):
+    """A new persona proposed by `prb personas expand`; ids are assigned by the pipeline."""
+
+    name: str = Field(min_length=1)
+    summary: str = Field(min_length=1)
+    profile: list[DraftProfileItem] = Field(min_length=5, max_length=8)
+    preferences: list[Preference] = Field(min_length=3, max_length=9)
+    narrative: str = Field(min_length=1)
+
+
 # --- stage records ----------------------------------------------------------------------------
+
+
+class BatchJob(Record):
+    """One line of `batches.jsonl`: a Batch API job, written when submitted (before any
+    polling, so a rerun collects it instead of paying again) and again when collected."""
+
+    batch_id: str
+    input_file_id: str
+    input_path: str  # the local copy of the uploaded JSONL, relative to the run dir
+    requests: int
+    state: Literal["submitted", "collected"]
+    status: str = ""  # the API's final status, once collected
 
 
 class Dropped(Record):
@@ -132,6 +208,7 @@ class RubricRecord(Record):
     task: Task
     rubric_aspects: list[RubricAspect]
     narrative: str
+    ungrounded_aspects: list[RubricAspect] = Field(default_factory=list)  # removed: no evidence
     calls: dict[str, str] = Field(default_factory=dict)  # call name -> response-cache key
 
 
@@ -167,6 +244,8 @@ class PairChecks(Record):
     quality_gap: float | None = None
     adherence_chosen: float | None = None  # fraction of aspects satisfied
     adherence_rejected: float | None = None
+    aspects_chosen: list[bool] | None = None  # per aspect, in rubric order: satisfied?
+    aspects_rejected: list[bool] | None = None
     blind: BlindCheck | None = None
     length_ratio: float | None = None  # rejected words / chosen words
     answer_similarity: float | None = None
@@ -179,6 +258,8 @@ class FilterRecord(Record):
     judge_model: str
     kept: bool
     reasons: list[str] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)  # warnings that did not drop the pair
+    errors: dict[str, str] = Field(default_factory=dict)  # failed judge call -> what went wrong
     calls: dict[str, str] = Field(default_factory=dict)
 
 
@@ -189,3 +270,48 @@ class AnnotationRecord(Record):
     chosen_votes: int = 0
     rejected_votes: int = 0
     tie_votes: int = 0
+
+
+ItemKind = Literal["pair", "repeat", "gold_identical", "gold_offtopic"]
+Side = Literal["chosen", "rejected", "tie"]
+
+
+class AnnotationKeyItem(Record):
+    """The private un-blinding key of one exported item; never shown to annotators."""
+
+    item_id: str
+    batch_id: str
+    pair_id: str
+    kind: ItemKind
+    a_is: Literal["chosen", "rejected"]  # which answer is shown as A ("chosen" = expected winner)
+    expected: Side | None = None  # gold items only
+    repeat_of: str | None = None  # repeat items: the item they repeat (A/B swapped)
+    offtopic_from: str | None = None  # gold_offtopic: the pair whose answer is the wrong one
+
+
+class AnnotationKey(Record):
+    """The private key file of one export: seed, batch assignments and every item's key."""
+
+    run_id: str
+    seed: int
+    assignments: dict[str, list[str]]  # batch id -> annotator ids
+    items: list[AnnotationKeyItem]
+
+
+class AnnotationLabel(Record):
+    """One imported human label, un-blinded: A/B as shown, and chosen/rejected behind them."""
+
+    item_id: str
+    batch_id: str
+    pair_id: str
+    kind: ItemKind
+    annotator_id: str
+    labelled_at: str | None = None  # as given by the tool (ISO 8601) if it gives one
+    imported_at: str
+    source: str  # file name and format it came from
+    preference: str  # as labelled, e.g. "A_slightly_better"
+    side: Side  # the preferred answer behind A/B
+    strength: Literal["much", "slightly", "none"]
+    scores_chosen: dict[str, int]  # correct / relevant / helpful, 1-5
+    scores_rejected: dict[str, int]
+    reason: str = ""

@@ -1,6 +1,8 @@
-"""Stage 7 — release: one Parquet per category config (split `test`), a dataset card and a
-manifest. Same inputs and cache give byte-identical files: rows are sorted by id and nothing
-time- or host-dependent goes into them. The folder is built aside and renamed into place.
+"""Stage 7 — release: one Parquet (plus a JSONL copy) per category config, split `test`, a
+dataset card and a manifest. Same inputs and cache give byte-identical files: rows are sorted by
+id and nothing time-, host- or endpoint-dependent goes into them. The only run-dependent field is
+`run_id` in manifest.json, so two run ids over the same inputs differ in that one field and in
+nothing else. The folder is built aside and renamed into place.
 """
 
 from __future__ import annotations
@@ -8,19 +10,25 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import statistics
 import tempfile
+from collections import Counter
 from importlib import metadata
 from pathlib import Path
 
 import datasets
-import yaml
 
-from pipeline.annotation import releasable
+from pipeline import cost
+from pipeline.annotation import manifest_block, releasable
 from pipeline.cache import ResponseCache
+from pipeline.card import render_card
 from pipeline.config import RunConfig
-from pipeline.prompts import all_prompts
+from pipeline.filters import JUDGES
+from pipeline.pairs import TASKS as PAIR_TASKS
+from pipeline.prompts import load_prompt
 from pipeline.records import AnnotationRecord, FilterRecord
 
+FORMAT_VERSION = 1
 RELEASED_COLUMNS = (
     "id",
     "question",
@@ -74,7 +82,23 @@ FEATURES = datasets.Features(
     }
 )
 datasets.disable_progress_bars()
-PACKAGES = ("prb", "openai", "datasets", "pyarrow", "pandas", "prefect", "pydantic", "tenacity")
+# the prompts a build uses; other prompt files (evaluation, persona tools) cannot change a release
+BUILD_PROMPTS = ("planner", *PAIR_TASKS, *JUDGES)
+PACKAGES = (
+    "prb",
+    "openai",
+    "datasets",
+    "huggingface_hub",
+    "pyarrow",
+    "pandas",
+    "prefect",
+    "pydantic",
+    "tenacity",
+)
+# settings that change how a build runs, never what it produces; kept out of the manifest so a
+# `--debug` rebuild (concurrency 1) or a new simulator port gives the same bytes
+_EXECUTION_ONLY = ("base_url", "concurrency", "max_retries", "timeout_s", "backoff_initial_s",
+                   "backoff_max_s")  # fmt: skip
 
 
 def to_row(f: FilterRecord, ann: AnnotationRecord) -> dict:
@@ -120,8 +144,30 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def file_checksums(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under `folder` except the manifest that lists them."""
+    return {
+        p.relative_to(folder).as_posix(): sha256_file(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
+
+
 def data_path(category: str) -> str:
     return f"{category}/test-00000-of-00001.parquet"
+
+
+def jsonl_path(category: str) -> str:
+    """The same rows as JSON Lines, for readers without `datasets`; the card's configs only
+    name the Parquet files, so `load_dataset` never sees these."""
+    return f"{category}/test.jsonl"
+
+
+def write_jsonl(ds: datasets.Dataset, path: Path) -> None:
+    # key order follows FEATURES; Python's float repr round-trips, so the text is stable
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for row in ds.to_list():
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def token_usage(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> dict[str, dict]:
@@ -139,95 +185,33 @@ def token_usage(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> di
     return out
 
 
-def render_card(cfg: RunConfig, manifest: dict, counts: dict[str, int]) -> str:
-    categories = [c for c in cfg.personas.categories if counts.get(c)]
-    header = {
-        "pretty_name": "Personalized RewardBench (prb build)",
-        "license": cfg.release.license,
-        "language": ["en"],
-        "task_categories": ["text-classification"],
-        "tags": ["reward-modeling", "personalization", "preference-pairs"]
-        + (["simulated"] if cfg.simulated else []),
-        "configs": [
-            {
-                "config_name": "all",
-                "default": True,
-                "data_files": [{"split": "test", "path": "*/test-*.parquet"}],
-            }
-        ]
-        + [
-            {"config_name": c, "data_files": [{"split": "test", "path": data_path(c)}]}
-            for c in categories
-        ],
+def manifest_config(cfg: RunConfig) -> dict:
+    """The config as recorded: no API key (public_dict drops it), no run id or output folder
+    (where a build ran is not what it built) and no execution-only settings."""
+    data = cfg.public_dict()
+    data.pop("run_id")
+    data.pop("outputs_dir")
+    for key in _EXECUTION_ONLY:
+        data["model"].pop(key, None)
+    return data
+
+
+def release_stats(rows: list[dict]) -> dict:
+    """Figures about the released rows that the card reports (all derived, all deterministic)."""
+
+    def mean_words(col: str) -> float:
+        return round(statistics.fmean(len(r[col].split()) for r in rows), 1) if rows else 0.0
+
+    return {
+        "rejected_strategies": dict(sorted(Counter(r["rejected_strategy"] for r in rows).items())),
+        "mean_words": {"chosen": mean_words("chosen"), "rejected": mean_words("rejected")},
+        "blind_picked": dict(
+            sorted(Counter(r["pair_checks"]["blind_picked"] for r in rows).items())
+        ),
+        "verdicts_released": dict(
+            sorted(Counter(r["annotation"]["verdict"] for r in rows).items())
+        ),
     }
-    funnel = "\n".join(f"| {f['stage']} | {f['count']} |" for f in manifest["funnel"])
-    prompts = "\n".join(f"- `{v['ref']}`" for v in manifest["prompts"].values())
-    thresholds = "\n".join(f"- `{k}`: {v}" for k, v in manifest["config"]["filters"].items())
-    per_cat = "\n".join(f"| {c} | {counts.get(c, 0)} |" for c in categories)
-    sim_note = (
-        "**Built on the bundled simulator (`simulated: true`)**: answers and judgements come from "
-        "a deterministic stand-in model, so this release exercises the pipeline, not real model "
-        "behaviour.\n\n"
-        if cfg.simulated
-        else ""
-    )
-    body = f"""# {cfg.release.name}
-
-{sim_note}A benchmark of preference pairs for reward models. Each row is one user (a profile of
-their own past questions and posts), one question from that user, the rubric aspects this user
-would judge an answer by, and two answers: `chosen` follows those aspects, `rejected` ignores or
-violates them. Both answers carry the same key points under the same word budget, and were
-checked to be equally correct, relevant and helpful, so the only thing that separates them is
-personal fit. A reward model scores a pair as won only if it rates `chosen` strictly above
-`rejected` for that user.
-
-## Configs and size
-
-| config | pairs (split `test`) |
-|---|---|
-{per_cat}
-
-## How the pairs were built
-
-| stage | count |
-|---|---|
-{funnel}
-
-1. personas sampled from the persona library (seed {cfg.seed}), stratified by category;
-2. one question per persona from the question pools;
-3. a planner derives rubric aspects (with evidence citing profile items) and a narrative;
-4. a shared content plan, then `chosen` (follows every aspect) and `rejected` (same points,
-   named strategy that misses the aspects), each at most {cfg.generation.word_budget} words;
-5. filters: quality judge per answer, rubric adherence per aspect, a persona-blind judge in both
-   A/B orders, length ratio and near-duplicate checks;
-6. human annotation verdicts ({"required" if cfg.annotation.required else "not required"});
-7. this release.
-
-Generator: `{cfg.model.generator}`; judge: `{cfg.model.judge}`. Prompts:
-{prompts}
-
-Filter thresholds:
-{thresholds}
-
-## Columns
-
-`{"`, `".join(RELEASED_COLUMNS)}` as in the public Personalized RewardBench release, then
-provenance: `persona_id`, `question_id`, `rejected_strategy`, `quality` (judge scores per
-answer), `pair_checks`, `annotation`, `generator_model`, `judge_model`, `prompt_versions`.
-
-## Known limitations
-
-- Personas are curated and synthetic; profile items imply preferences but do not cover every
-  dimension for every user.
-- Automatic judges can share the generator's blind spots; the persona-blind check and human
-  annotation reduce, not remove, that risk.
-
-## Provenance
-
-`manifest.json` lists the config, seeds, model ids, prompt hashes, package versions, the funnel
-and a SHA-256 of every data file. Licence: {cfg.release.license}.
-"""
-    return "---\n" + yaml.safe_dump(header, sort_keys=False) + "---\n\n" + body
 
 
 def run(
@@ -254,6 +238,7 @@ def run(
     tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".release-"))
     try:
         counts: dict[str, int] = {}
+        arrow_bytes: dict[str, int] = {}  # the Hub's `num_bytes`: in-memory Arrow size
         for category in cfg.personas.categories:
             subset = [r for r in rows if r["category"] == category]
             if not subset:
@@ -261,37 +246,51 @@ def run(
             counts[category] = len(subset)
             path = tmp / data_path(category)
             path.parent.mkdir(parents=True)
-            datasets.Dataset.from_list(subset, features=FEATURES).to_parquet(str(path))
-        prompts = all_prompts()
+            ds = datasets.Dataset.from_list(subset, features=FEATURES)
+            ds.to_parquet(str(path))
+            arrow_bytes[category] = ds.data.nbytes
+            write_jsonl(ds, tmp / jsonl_path(category))
+        config = manifest_config(cfg)
         manifest = {
+            "format_version": FORMAT_VERSION,
             "name": cfg.release.name,
             "run_id": cfg.run_id,
             "simulated": cfg.simulated,
-            "config_fingerprint": cfg.fingerprint(),
-            "config": cfg.public_dict(),
+            "license": cfg.release.license,
+            "config_fingerprint": hashlib.sha256(
+                json.dumps(config, sort_keys=True).encode()
+            ).hexdigest()[:16],
+            "config": config,
             "seeds": {"run": cfg.seed, "model": cfg.model.seed, "annotation": cfg.annotation.seed},
             "models": {"generator": cfg.model.generator, "judge": cfg.model.judge},
             "prompts": {
                 t: {"version": p.version, "sha256": p.sha256, "ref": p.ref}
-                for t, p in prompts.items()
+                for t, p in sorted((t, load_prompt(t)) for t in BUILD_PROMPTS)
             },
             "packages": {name: _version(name) for name in PACKAGES},
             "funnel": [{"stage": k, "count": v} for k, v in funnel.items()],
             "drop_reasons": drop_reasons,
             "per_category": counts,
+            "num_bytes": arrow_bytes,
+            "stats": release_stats(rows),
+            "annotation": manifest_block(cfg, run_dir, annotations),
             "tokens": token_usage(cache, keys_by_stage),
+            "cost": cost.summary(cfg, cache, keys_by_stage, len(rows)),  # priced: pipeline/cost.py
         }
-        card = render_card(cfg, manifest, counts)
-        (tmp / "README.md").write_text(card, encoding="utf-8")
-        manifest["files"] = {
-            str(p.relative_to(tmp)): sha256_file(p) for p in sorted(tmp.rglob("*")) if p.is_file()
-        }
+        (tmp / "README.md").write_text(render_card(manifest, FEATURES), encoding="utf-8")
+        manifest["files"] = file_checksums(tmp)
         (tmp / "manifest.json").write_text(
-            json.dumps(manifest, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+            json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
+            encoding="utf-8",
         )
+        # the old release moves aside before the new one moves in: a crash in between leaves
+        # one complete release on disk, never a half-written one
+        old = run_dir / ".release-old"
+        shutil.rmtree(old, ignore_errors=True)
         if final.exists():
-            shutil.rmtree(final)
+            final.rename(old)
         tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final

@@ -1,16 +1,37 @@
-"""Stage 3 — rubrics: a planner call derives rubric aspects and a narrative per task."""
+"""Stage 3 — rubrics: a planner call derives rubric aspects and a narrative per task.
+
+Every aspect must rest on the profile: its `evidence` cites a real profile item id in brackets
+or quotes a profile item. Aspects that do neither are moved to `ungrounded_aspects` (kept for
+the audit, never used); a plan with no grounded aspect left is dropped as `planner_ungrounded`.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pipeline.config import RunConfig
-from pipeline.llm import LLM, LLMError
+from pipeline.llm import LLM, LLMError, PermanentLLMError
 from pipeline.prompts import load_prompt
-from pipeline.records import Dropped, RubricRecord, Task
+from pipeline.records import Dropped, RubricAspect, RubricRecord, Task
 from pipeline.store import StageFile, process_stage
 
 STAGE = "rubrics"
+CITED_ID = re.compile(r"\[([^\[\]]+)\]")
+QUOTE = re.compile(r"['\"‘“]([^'\"’”]{12,})['\"’”]")
+MIN_QUOTE = 12  # characters of a quote that must occur verbatim in a profile item
+
+
+def grounded(aspect: RubricAspect, task: Task) -> bool:
+    ids = {i.id for i in task.persona.profile}
+    if any(c.strip() in ids for c in CITED_ID.findall(aspect.evidence)):
+        return True
+    texts = [i.text.lower() for i in task.persona.profile]
+    for quote in QUOTE.findall(aspect.evidence):
+        quote = quote.strip().lower().rstrip(".…")
+        if len(quote) >= MIN_QUOTE and any(quote in t for t in texts):
+            return True
+    return False
 
 
 async def run(cfg: RunConfig, llm: LLM, run_dir: Path, tasks: list[Task]) -> dict[str, int]:
@@ -27,14 +48,27 @@ async def run(cfg: RunConfig, llm: LLM, run_dir: Path, tasks: list[Task]) -> dic
                     "question": task.question,
                 },
             )
+        except PermanentLLMError:
+            raise
         except LLMError as e:
             return Dropped(
                 stage=STAGE, id=task.task_id, reason=f"planner_{e.kind}", detail=e.detail
             )
+        aspects = result.value.rubric_aspects
+        kept = [a for a in aspects if grounded(a, task)]
+        if not kept:
+            return Dropped(
+                stage=STAGE,
+                id=task.task_id,
+                reason="planner_ungrounded",
+                detail=f"none of {len(aspects)} aspects cites a profile item of "
+                f"{task.persona.persona_id}",
+            )
         return RubricRecord(
             task=task,
-            rubric_aspects=result.value.rubric_aspects,
+            rubric_aspects=kept,
             narrative=result.value.narrative,
+            ungrounded_aspects=[a for a in aspects if a not in kept],
             calls={"planner": result.key},
         )
 

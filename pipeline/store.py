@@ -7,9 +7,11 @@ Files that are produced in one go (deterministic stages, releases) go through `a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -156,7 +158,114 @@ async def process_stage(
                 append(result)
                 counts["new"] += 1
 
-        async with asyncio.TaskGroup() as tg:
-            for x in todo:
-                tg.create_task(one(x))
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for x in todo:
+                    tg.create_task(one(x))
+        except BaseExceptionGroup as group:
+            # the first failure (e.g. a bad key) cancelled the rest: raise it plainly, so the
+            # run stops with its own message rather than a group of identical ones
+            first = group.exceptions[0]
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
     return counts
+
+
+# --- run directory: leftovers and the config fingerprint -----------------------------------
+
+# Settings that change how a run goes, not what it produces: they may differ between a run and
+# its resumption. Everything else in the config, plus every prompt file's hash, is fingerprinted.
+OPERATIONAL = (
+    "run_id",
+    "outputs_dir",
+    "model.base_url",
+    "model.api_key",
+    "model.concurrency",
+    "model.max_retries",
+    "model.timeout_s",
+    "model.backoff_initial_s",
+    "model.backoff_max_s",
+    "batch",
+    "cost",
+)
+FINGERPRINT_FILE = "fingerprint.json"
+
+
+class FingerprintError(ValueError):
+    """The config or prompts changed since this run id started."""
+
+
+def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
+    out: dict[str, object] = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and v:
+            out.update(_flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def run_fingerprint(cfg) -> dict:
+    """What a run's results depend on: config minus OPERATIONAL, and the prompt hashes."""
+    from pipeline.prompts import all_prompts
+
+    flat = {
+        k: v
+        for k, v in _flatten(cfg.model_dump(mode="json")).items()
+        if not any(k == op or k.startswith(op + ".") for op in OPERATIONAL)
+    }
+    flat.update({f"prompts.{t}": p.sha256 for t, p in all_prompts().items()})
+    canon = json.dumps(flat, sort_keys=True, ensure_ascii=False)
+    return {"fingerprint": hashlib.sha256(canon.encode()).hexdigest()[:16], "inputs": flat}
+
+
+def has_work(run_dir: Path) -> bool:
+    return any(Path(run_dir).glob("*.jsonl"))
+
+
+def check_fingerprint(run_dir: Path, cfg) -> None:
+    """Record the fingerprint of a new run; refuse to resume a run under a different one."""
+    path = Path(run_dir) / FINGERPRINT_FILE
+    now = run_fingerprint(cfg)
+    if path.exists():
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved["fingerprint"] == now["fingerprint"]:
+            return
+        old, new = saved["inputs"], now["inputs"]
+        changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+        shown = "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:5])
+        more = f" (and {len(changed) - 5} more)" if len(changed) > 5 else ""
+        raise FingerprintError(
+            f"run {cfg.run_id!r} ({run_dir}) was started with other settings, so resuming it "
+            f"would mix results: {shown}{more}. Use another --run-id, or --force-new-run to "
+            f"move the old run aside and start again"
+        )
+    if has_work(run_dir):
+        log.warning("%s: no saved fingerprint (an older run); adopting the current one", run_dir)
+    with atomic_write(path) as f:
+        json.dump(now, f, indent=2, sort_keys=True)
+
+
+def move_aside(run_dir: Path) -> Path:
+    """Rename a run directory to the first free `<run>.old-N`; returns the new path."""
+    run_dir = Path(run_dir)
+    n = 1
+    while (aside := run_dir.with_name(f"{run_dir.name}.old-{n}")).exists():
+        n += 1
+    run_dir.rename(aside)
+    return aside
+
+
+def clean_leftovers(run_dir: Path) -> list[Path]:
+    """Remove temp files and half-built releases an interrupted run left behind (the finished
+    files they were meant to replace are untouched: they are only ever renamed over)."""
+    gone = []
+    for p in sorted(Path(run_dir).glob(".*")):
+        if p.name.endswith(".tmp") or p.name.startswith(".release-"):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+            gone.append(p)
+    if gone:
+        log.info("%s: removed %d leftovers of an interrupted run", run_dir, len(gone))
+    return gone

@@ -131,10 +131,11 @@ class Style:
     cue: re.Pattern[str]  # found in a profile item
     aspect: str  # the rubric aspect the planner writes
     marker: str  # what a following answer says; the adherence judge looks for it
+    phrase: str = ""  # the sentence a following answer opens with; contains the marker
 
 
-def _s(tag: str, cue: str, aspect: str, marker: str) -> Style:
-    return Style(tag, re.compile(cue, re.IGNORECASE), aspect, marker)
+def _s(tag: str, cue: str, aspect: str, marker: str, phrase: str = "") -> Style:
+    return Style(tag, re.compile(cue, re.IGNORECASE), aspect, marker, phrase)
 
 
 STYLES = [
@@ -144,6 +145,7 @@ STYLES = [
         r"complete(?:ly)? new|jargon|don't know what)",
         "Explain in plain language for a beginner and define any term",
         "In plain terms",
+        "In plain terms, you need no experience to begin, and every step is explained.",
     ),
     _s(
         "expert",
@@ -151,12 +153,14 @@ STYLES = [
         r"I teach|seasoned)",
         "Use precise technical vocabulary and skip the basics",
         "Technically speaking",
+        "Technically speaking, the variables that matter are consistency and progression.",
     ),
     _s(
         "brief",
         r"\b(short|tl;?dr|quick answer|skim|too long|just tell me|keep it brief)",
         "Keep it short and limited to the essentials",
         "Short version",
+        "Short version, essentials only.",
     ),
     _s(
         "in_depth",
@@ -164,6 +168,7 @@ STYLES = [
         r"the reasoning)",
         "Give the reasoning and trade-offs behind each point",
         "The reasoning",
+        "The reasoning behind each point is that small, steady changes outlast big ones.",
     ),
     _s(
         "bullets",
@@ -182,12 +187,14 @@ STYLES = [
         r"\b(lol|haha|honestly|gonna|kinda|mate|dude|!!)",
         "Keep a relaxed, friendly tone",
         "Honestly,",
+        "Honestly, this is easier than it looks, so no stress.",
     ),
     _s(
         "formal",
         r"\b(kindly|regards|professional manner|precise|formally)",
         "Use a formal, precise register",
         "Please note that",
+        "Please note that the recommendations below are given in order of priority.",
     ),
     _s(
         "warm",
@@ -195,24 +202,28 @@ STYLES = [
         r"worried)",
         "Be encouraging and reassuring about the user's worries",
         "It's completely normal to feel unsure",
+        "It's completely normal to feel unsure, and you are already on the right track.",
     ),
     _s(
         "blunt",
         r"\b(no fluff|straight|cut to|don't sugar|blunt|get to the point)",
         "Be direct and skip pleasantries",
         "Bottom line:",
+        "Bottom line: do these things and skip the rest.",
     ),
     _s(
         "budget",
         r"\b(budget|afford|cheap|broke|money|expensive|cost|pension|student loan)",
         "Keep every suggestion low-cost or free",
         "on a tight budget",
+        "Everything here works on a tight budget or costs nothing.",
     ),
     _s(
         "time",
         r"\b(busy|minutes|no time|shifts?|commute|kids|lunch break)",
         "Fit the advice into a few minutes a day",
         "with only a few minutes a day",
+        "All of it fits into a busy week with only a few minutes a day.",
     ),
     _s(
         "health",
@@ -220,57 +231,121 @@ STYLES = [
         r"illness)",
         "Respect the user's physical limits and energy",
         "at a pace your body allows",
+        "Take each point at a pace your body allows and rest when you need to.",
     ),
     _s(
         "access",
         r"\b(blind|low vision|deaf|hearing|screen reader|dyslex|captions)",
         "Suggest options that work with the user's accessibility needs",
         "accessible options",
+        "Wherever there is a choice, pick accessible options that work for you.",
     ),
     _s(
         "sustain",
         r"\b(eco|sustainab|waste|second-?hand|plastic|environment|ethical)",
         "Prefer low-waste, sustainable options",
         "the sustainable choice",
+        "Second-hand or low-waste gear is the sustainable choice here.",
     ),
     _s(
         "faith",
         r"\b(church|mosque|temple|prayer|faith|halal|kosher|ramadan|sabbath|diwali)",
         "Respect the user's religious practice",
         "in keeping with your faith",
+        "Each suggestion can be arranged in keeping with your faith.",
     ),
     _s(
         "evidence",
         r"\b(studies|evidence|research|data|scientific|proof|skeptic)",
         "Back claims with evidence, no folk wisdom",
         "the evidence suggests",
+        "Where studies exist, the evidence suggests these points work.",
     ),
     _s(
         "tradition",
         r"\b(tradition|heritage|grandmother|ancestors|customs?|elders)",
         "Respect tradition and established custom",
         "the traditional way",
+        "Where it fits, start from the traditional way your family knows.",
     ),
     _s(
         "career",
         r"\b(career|portfolio|client|job|promotion|income|paid work|hire)",
         "Connect the advice to the user's career goals",
         "for your career",
+        "Each point also builds something useful for your career.",
     ),
     _s(
         "social",
         r"\b(friends|community|club|group|meet people|lonely|together)",
         "Point to ways of sharing this with other people",
         "with other people",
+        "Most of this is more fun and easier to keep up with other people.",
     ),
 ]
 STYLE_BY_ASPECT = {s.aspect.lower(): s for s in STYLES}
+STYLE_BY_TAG = {s.tag: s for s in STYLES}
 FALLBACK = Style(
     "personal",
     re.compile("$^"),
     "Tie the advice to the user's own situation",
     "given what you have shared",
+    "I have shaped this given what you have shared about yourself.",
 )
+LAYOUTS = {"bullets", "steps"}
+
+# Sentences in a register, carrying no aspect's marker: what rejected answers open with.
+# Each is about as long as a style phrase, so rejected and chosen stay within the same budget.
+REGISTERS = {
+    "generic": [
+        "Here is a general overview that applies to most people.",
+        "These points hold in most situations like this one.",
+        "Most people asking this question get good results from the following.",
+        "There is no single right answer, but these points cover the basics.",
+    ],
+    "technical": [
+        "In practice, the determining factors are adherence, load and feedback latency.",
+        "Treat this as an iterative optimisation problem with a short review cycle.",
+        "The standard protocol front-loads fundamentals, then periodises the workload.",
+        "Operationally, this is a matter of throughput, recovery and error correction.",
+    ],
+    "basic": [
+        "First, a quick explanation: a routine just means doing something regularly.",
+        "To put it simply, the idea is to start small and build up slowly.",
+        "If you have never done this before, that is fine, it is simple.",
+        "A guide here means any book, video or class that shows you how.",
+    ],
+    "expansive": [
+        "There is a lot to unpack here, so it helps to see the whole picture.",
+        "It is worth looking at each point from several angles before starting.",
+        "Each of these points connects to the others, which is why order matters.",
+        "Consider the wider context first, then come back to the specifics below.",
+    ],
+    "terse": [
+        "Key points follow.",
+        "Brief overview.",
+        "Essentials below.",
+        "Summary follows.",
+    ],
+    "formal_register": [
+        "Kindly consider the following recommendations in the order presented.",
+        "The following recommendations are offered for your consideration.",
+        "It is advisable to observe the following points with due care.",
+        "One should attend to the following matters in a methodical manner.",
+    ],
+    "chatty": [
+        "Oh, great question, this one comes up all the time!",
+        "So, fun fact, loads of people wonder about exactly this!",
+        "Right, let's have a little chat about this, shall we?",
+        "Ooh, love this one, there's a lot you can do here!",
+    ],
+    "detached": [
+        "The following is a neutral summary of common recommendations.",
+        "Outcomes vary; the recommendations below are standard.",
+        "This is the conventional advice, stated without qualification.",
+        "The points below are listed without regard to circumstances.",
+    ],
+}
 
 
 def rng_for(*parts: object) -> random.Random:
@@ -370,25 +445,69 @@ def _trim(text: str, budget: int) -> str:
     return text if len(words) <= budget else " ".join(words[:budget]).rstrip(",;") + "."
 
 
+def _opener_words(styles: list[Style]) -> int:
+    """How long the chosen answer's opening is, so a rejected one can match it."""
+    return sum(len(s.phrase.split()) for s in styles if s.tag not in LAYOUTS)
+
+
 def chosen(t: dict[str, str], system: str, rng: random.Random) -> str:
     styles = _styles_of(numbered(t.get("aspects", "")))
     points = bullets(t.get("key_points", ""))
-    fmt = next((s.tag for s in styles if s.tag in {"bullets", "steps"}), "prose")
-    lead = [s.marker for s in styles if s.tag not in {"bullets", "steps"}]
-    opener = (lead[0] + ": " if lead else "") + "here is what I'd suggest"
-    if len(lead) > 1:
-        opener += ", " + ", ".join(lead[1:])
-    body = _layout(points, fmt)
-    return _trim(f"{opener}.\n{body}", _budget(system))
+    fmt = next((s.tag for s in styles if s.tag in LAYOUTS), "prose")
+    opener = " ".join(s.phrase for s in styles if s.tag not in LAYOUTS)
+    return _trim(
+        f"{opener or 'Here is what I would suggest.'}\n{_layout(points, fmt)}", _budget(system)
+    )
+
+
+def _rejected_register(strategy: str, wanted: set[str], rng: random.Random) -> str:
+    """The register a rejected answer is written in: one that misses every wanted aspect in the
+    way its strategy names (see the `strategies:` table of prompts/rejected.yaml)."""
+    if strategy == "wrong_expertise":
+        if "novice" in wanted:
+            return "technical"
+        if "expert" in wanted:
+            return "basic"
+        return rng.choice(["technical", "basic"])
+    if strategy == "wrong_format":
+        if "brief" in wanted:
+            return "expansive"
+        if "in_depth" in wanted:
+            return "terse"
+        return rng.choice(["expansive", "terse"])
+    if strategy == "wrong_tone":
+        if wanted & {"casual", "warm"}:
+            return "formal_register"
+        if wanted & {"formal", "blunt"}:
+            return "chatty"
+        return "detached"
+    return "generic"
+
+
+def _rejected_layout(strategy: str, wanted: set[str], rng: random.Random) -> str:
+    if wanted & LAYOUTS:
+        return "prose"  # every strategy drops the requested list or steps
+    if strategy == "wrong_format":
+        return rng.choice(sorted(LAYOUTS))  # prose was (implicitly) fine: impose a list
+    return "prose"
 
 
 def rejected(t: dict[str, str], system: str, rng: random.Random) -> str:
+    """Same key points, same order, about the same length as the chosen answer would have, in a
+    register picked by the strategy; it carries no marker of any wanted aspect."""
     styles = _styles_of(numbered(t.get("avoid_aspects", "")))
+    wanted = {s.tag for s in styles}
+    strategy = tags(system).get("strategy") or "ignore_aspects"
     points = bullets(t.get("key_points", ""))
-    wanted = next((s.tag for s in styles if s.tag in {"bullets", "steps"}), "prose")
-    fmt = {"bullets": "prose", "steps": "prose", "prose": "bullets"}[wanted]
-    opener = "Here is a general overview that applies to most people asking this"
-    return _trim(f"{opener}.\n{_layout(points, fmt)}", _budget(system))
+    register = _rejected_register(strategy, wanted, rng)
+    pool = REGISTERS[register][:]
+    rng.shuffle(pool)
+    target = 1 if register == "terse" else max(1, _opener_words(styles) - 3)
+    opener: list[str] = []
+    while sum(len(x.split()) for x in opener) < target and len(opener) < 2 * len(pool):
+        opener.append(pool[len(opener) % len(pool)])
+    fmt = _rejected_layout(strategy, wanted, rng)
+    return _trim(" ".join(opener) + "\n" + _layout(points, fmt), _budget(system))
 
 
 def _budget(system: str) -> int:
@@ -438,13 +557,19 @@ def judge_adherence(t: dict[str, str], rng: random.Random) -> str:
 
 
 def judge_blind(t: dict[str, str], rng: random.Random) -> str:
-    q = t.get("question", "")
-    qa, qb = sum(_quality(q, t.get("answer_a", ""))), sum(_quality(q, t.get("answer_b", "")))
+    """Picks on general quality; when that is level it falls for a much longer answer
+    (verbosity bias) or, now and then, for whatever comes first (position bias), as real
+    judges do. Only asking in both orders separates real quality leaks from the latter."""
+    q, a, b = t.get("question", ""), t.get("answer_a", ""), t.get("answer_b", "")
+    qa, qb = sum(_quality(q, a)), sum(_quality(q, b))
+    na, nb = len(a.split()), len(b.split())
     if abs(qa - qb) >= 2:
-        choice = "A" if qa > qb else "B"
+        choice, reason = ("A" if qa > qb else "B"), "one answer is more helpful"
+    elif max(na, nb) > 1.4 * max(1, min(na, nb)):
+        choice, reason = ("A" if na > nb else "B"), "one answer is more complete"
     else:
-        choice = "A" if rng.random() < 0.2 else "tie"  # a little position bias, as real judges
-    return json.dumps({"choice": choice, "reason": "general quality only"})
+        choice, reason = ("A" if rng.random() < 0.2 else "tie"), "no real difference"
+    return json.dumps({"choice": choice, "reason": reason})
 
 
 def detect_task(header: str | None, t: dict[str, str]) -> str:
@@ -484,6 +609,17 @@ def respond(
         "judge_adherence": lambda: judge_adherence(t, rng),
         "judge_blind": lambda: judge_blind(t, rng),
     }
+    from pipeline.sim import rm_judge  # `prb eval` tasks; imported here as it imports us
+
+    handlers |= {
+        "rm_pointwise": lambda: rm_judge.rm_pointwise(t, rng),
+        "rm_pairwise": lambda: rm_judge.rm_pairwise(t, rng),
+        "bon_oracle": lambda: rm_judge.bon_oracle(t, rng),
+        "bon_candidate": lambda: rm_judge.bon_candidate(t, system, rng),
+    }
+    from pipeline.sim.persona_writer import persona_expand  # `prb personas expand`
+
+    handlers["persona_expand"] = lambda: persona_expand(t, rng)
     if task == "rejected" and rng_for("degrade", messages).random() < degrade_rate:
         return DEGRADED
     if task not in handlers:

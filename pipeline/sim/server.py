@@ -21,6 +21,8 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from pipeline.sim import batches
+from pipeline.sim import faults as extra_faults
 from pipeline.sim.responder import respond
 
 MODELS = ("prb-sim-1",)
@@ -36,11 +38,23 @@ class SimOptions:
     slow_s: float = 30.0
     degrade_rate: float = 0.0
     seed: int = 0
+    fault_tasks: str = ""  # comma-separated prompt tasks the faults hit (X-PRB-Task); "" = all
+    retry_after: str = "0"  # the 429s' Retry-After header; "" sends none
+    # extra faults, see faults.py
+    rate_502: float = 0.0
+    rate_503: float = 0.0
+    rate_reset: float = 0.0
+    rate_truncated: float = 0.0
+    rate_non_json: float = 0.0
+    rate_wrong_schema: float = 0.0
+    rate_content_filter: float = 0.0
+    require_key: str = ""  # answer 401 unless this key is sent
     stats: Counter = field(default_factory=Counter)
 
 
 def create_app(opts: SimOptions) -> FastAPI:
     app = FastAPI(title="prb simulator")
+    app.include_router(batches.make_router(opts, MODELS))  # /v1/files, /v1/batches
     faults = random.Random(opts.seed)
 
     @app.get("/v1/models")
@@ -61,6 +75,12 @@ def create_app(opts: SimOptions) -> FastAPI:
         if opts.latency_ms:
             await asyncio.sleep(opts.latency_ms / 1000)
         roll = faults.random()
+        hit = {t for t in opts.fault_tasks.split(",") if t}
+        if hit and request.headers.get("x-prb-task") not in hit:
+            roll = 1.0  # faults restricted to other tasks
+        extra = extra_faults.draw(opts, faults) if roll < 1.0 else None
+        if (early := extra_faults.before_answer(opts, extra, request)) is not None:
+            return early
         edges = [opts.rate_429, opts.rate_500, opts.rate_malformed, opts.rate_slow]
         cum = [sum(edges[: i + 1]) for i in range(len(edges))]
         if roll < cum[0]:
@@ -68,7 +88,7 @@ def create_app(opts: SimOptions) -> FastAPI:
             return JSONResponse(
                 {"error": {"message": "rate limited", "type": "rate_limit"}},
                 status_code=429,
-                headers={"Retry-After": "0"},
+                headers={"Retry-After": opts.retry_after} if opts.retry_after else None,
             )
         if roll < cum[1]:
             opts.stats["fault_500"] += 1
@@ -100,7 +120,7 @@ def create_app(opts: SimOptions) -> FastAPI:
         opts.stats["answered"] += 1
         prompt_tokens = sum(len((m.get("content") or "").split()) for m in body["messages"])
         completion_tokens = len(content.split())
-        return {
+        payload = {
             "id": "chatcmpl-sim",
             "object": "chat.completion",
             "created": 0,
@@ -118,6 +138,7 @@ def create_app(opts: SimOptions) -> FastAPI:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
+        return extra_faults.after_answer(extra, payload)
 
     @app.get("/health")
     async def health():
@@ -140,6 +161,10 @@ OPTION_FLAGS = {
     "rate_slow": "--rate-slow",
     "slow_s": "--slow-s",
     "degrade_rate": "--degrade-rate",
+    "fault_tasks": "--fault-tasks",
+    "retry_after": "--retry-after",
+    **{name: "--" + name.replace("_", "-") for name in extra_faults.EXTRA_RATES},
+    "require_key": "--require-key",
     "seed": "--seed",
 }
 

@@ -1,0 +1,249 @@
+"""`prb annotate export`: blinded batches for annotators, and the private key beside them.
+
+Design (see annotation/README.md):
+- kept pairs are shuffled with the annotation seed and cut into batches of `batch_size`;
+- every item gets an opaque random id and a random A/B order; only the key says which is which;
+- each batch adds known-answer gold items, alternating two kinds:
+  `gold_identical` shows the same answer as A and B (expected: tie; an attention check), and
+  `gold_offtopic` pairs a chosen answer with the chosen answer of a *different* question
+  (expected: the on-topic one; any reader of the question can tell);
+- `repeats_per_batch` pairs are shown a second time with A/B swapped, for self-consistency;
+- batch b goes to K annotators taken round-robin from the pool, so consecutive batches share
+  annotators (overlap) and every item of a batch is seen by all K of them.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline.annotation.layout import (
+    CSV_COLUMNS,
+    AnnotationError,
+    annotation_dir,
+    batches_dir,
+    key_path,
+    labels_path,
+)
+from pipeline.config import REPO_ROOT, AnnotationConfig
+from pipeline.records import AnnotationKey, AnnotationKeyItem, FilterRecord, Pair
+from pipeline.store import StageFile
+
+CONFIG_FILES = ("GUIDELINES.md", "label_studio.xml", "argilla_settings.json")
+
+
+@dataclass
+class ExportSummary:
+    batches: int
+    items: int
+    pairs: int
+    gold: int
+    repeats: int
+    annotators: list[str]
+    batches_dir: Path
+    key_path: Path
+
+
+def kept_pairs(run_dir: Path) -> list[Pair]:
+    filters = StageFile(run_dir, "filters", FilterRecord)
+    if not filters.exists():
+        raise AnnotationError(f"{filters.path}: no filters stage file; build the run first")
+    pairs = sorted((f.pair for f in filters.read() if f.kept), key=lambda p: p.pair_id)
+    if not pairs:
+        raise AnnotationError(f"{filters.path}: no kept pairs to annotate")
+    return pairs
+
+
+def plan(
+    pairs: list[Pair], run_id: str, cfg: AnnotationConfig, annotators: int, pool: list[str]
+) -> AnnotationKey:
+    """The whole export as a key: deterministic for the same pairs, seed and sizes."""
+    if len(pool) < annotators:
+        raise AnnotationError(f"annotator pool has {len(pool)} ids, fewer than {annotators}")
+    rng = random.Random(f"prb-annotation:{cfg.seed}")
+    used: set[str] = set()
+
+    def new_id() -> str:
+        while (item_id := f"i{rng.getrandbits(40):010x}") in used:
+            pass
+        used.add(item_id)
+        return item_id
+
+    order = list(pairs)
+    rng.shuffle(order)
+    items: list[AnnotationKeyItem] = []
+    assignments: dict[str, list[str]] = {}
+    for b, start in enumerate(range(0, len(order), cfg.batch_size)):
+        chunk = order[start : start + cfg.batch_size]
+        batch_id = f"batch-{b + 1:03d}"
+        assignments[batch_id] = [pool[(b + j) % len(pool)] for j in range(annotators)]
+        batch = [
+            AnnotationKeyItem(
+                item_id=new_id(),
+                batch_id=batch_id,
+                pair_id=p.pair_id,
+                kind="pair",
+                a_is=rng.choice(["chosen", "rejected"]),
+            )
+            for p in chunk
+        ]
+        for orig in rng.sample(batch, min(cfg.repeats_per_batch, len(batch))):
+            flipped = "rejected" if orig.a_is == "chosen" else "chosen"
+            batch.append(
+                orig.model_copy(
+                    update={
+                        "item_id": new_id(),
+                        "kind": "repeat",
+                        "a_is": flipped,
+                        "repeat_of": orig.item_id,
+                    }
+                )
+            )
+        for g in range(cfg.gold_per_batch):
+            source = rng.choice(chunk)
+            others = [p for p in pairs if p.task.question_id != source.task.question_id]
+            if g % 2 == 0 or not others:
+                batch.append(
+                    AnnotationKeyItem(
+                        item_id=new_id(),
+                        batch_id=batch_id,
+                        pair_id=source.pair_id,
+                        kind="gold_identical",
+                        a_is="chosen",
+                        expected="tie",
+                    )
+                )
+            else:
+                batch.append(
+                    AnnotationKeyItem(
+                        item_id=new_id(),
+                        batch_id=batch_id,
+                        pair_id=source.pair_id,
+                        kind="gold_offtopic",
+                        a_is=rng.choice(["chosen", "rejected"]),
+                        expected="chosen",
+                        offtopic_from=rng.choice(others).pair_id,
+                    )
+                )
+        rng.shuffle(batch)
+        items.extend(batch)
+    return AnnotationKey(run_id=run_id, seed=cfg.seed, assignments=assignments, items=items)
+
+
+def shown(item: AnnotationKeyItem, pairs: dict[str, Pair]) -> dict[str, str]:
+    """What an annotator sees for one item: profile, question, answer A, answer B."""
+    pair = pairs[item.pair_id]
+    good = pair.chosen
+    if item.kind == "gold_identical":
+        bad = pair.chosen
+    elif item.kind == "gold_offtopic":
+        bad = pairs[item.offtopic_from].chosen
+    else:
+        bad = pair.rejected
+    a, b = (good, bad) if item.a_is == "chosen" else (bad, good)
+    profile = "\n".join(f"[{p.id}] {p.text}" for p in pair.task.persona.profile)
+    return {"profile": profile, "question": pair.task.question, "answer_a": a, "answer_b": b}
+
+
+def label_studio_tasks(batch: list[AnnotationKeyItem], pairs: dict[str, Pair]) -> list[dict]:
+    return [
+        {"data": {"item_id": i.item_id, "batch_id": i.batch_id, **shown(i, pairs)}} for i in batch
+    ]
+
+
+def argilla_records(batch: list[AnnotationKeyItem], pairs: dict[str, Pair]) -> list[dict]:
+    # the shape of argilla's Record.to_dict / Record.from_dict (v2), ready for records.log
+    return [
+        {
+            "id": i.item_id,
+            "fields": shown(i, pairs),
+            "metadata": {"item_id": i.item_id, "batch_id": i.batch_id},
+        }
+        for i in batch
+    ]
+
+
+def csv_sheet(batch: list[AnnotationKeyItem], pairs: dict[str, Pair], annotator: str) -> str:
+    """One annotator's spreadsheet: the label columns to fill, then the item's content."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow([*CSV_COLUMNS, "profile", "question", "answer_a", "answer_b"])
+    for i in batch:
+        content = shown(i, pairs)
+        row = dict.fromkeys(CSV_COLUMNS, "") | {
+            "batch_id": i.batch_id,
+            "item_id": i.item_id,
+            "annotator_id": annotator,
+        }
+        writer.writerow([*row.values(), *content.values()])
+    return out.getvalue()
+
+
+def export(
+    run_dir: Path,
+    run_id: str,
+    cfg: AnnotationConfig,
+    annotators: int,
+    pool: list[str] | None = None,
+    force: bool = False,
+) -> ExportSummary:
+    run_dir = Path(run_dir)
+    if labels_path(run_dir).exists() and labels_path(run_dir).stat().st_size:
+        raise AnnotationError(
+            f"{labels_path(run_dir)}: labels were already imported for this export; "
+            "a new export would orphan them"
+        )
+    if key_path(run_dir).exists() and not force:
+        raise AnnotationError(f"{key_path(run_dir)}: already exported (use --force to redo)")
+    pairs = kept_pairs(run_dir)
+    pool = pool or [f"annotator-{n + 1:02d}" for n in range(annotators)]
+    key = plan(pairs, run_id, cfg, annotators, pool)
+    by_id = {p.pair_id: p for p in pairs}
+
+    root = annotation_dir(run_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=".export-"))
+    try:
+        out = tmp / "batches"
+        for name in CONFIG_FILES:
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO_ROOT / "annotation" / name, out / name)
+        (out / "assignments.json").write_text(json.dumps(key.assignments, indent=2) + "\n")
+        for batch_id, who in key.assignments.items():
+            batch = [i for i in key.items if i.batch_id == batch_id]
+            bdir = out / batch_id
+            bdir.mkdir()
+            _dump(bdir / "label_studio_tasks.json", label_studio_tasks(batch, by_id))
+            _dump(bdir / "argilla_records.json", argilla_records(batch, by_id))
+            for annotator in who:
+                (bdir / f"{annotator}.csv").write_text(
+                    csv_sheet(batch, by_id, annotator), encoding="utf-8"
+                )
+        (tmp / "private").mkdir()
+        (tmp / "private" / "key.json").write_text(key.model_dump_json(indent=1) + "\n")
+        for name in ("batches", "private"):
+            shutil.rmtree(root / name, ignore_errors=True)
+            (tmp / name).rename(root / name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    kinds = [i.kind for i in key.items]
+    return ExportSummary(
+        batches=len(key.assignments),
+        items=len(key.items),
+        pairs=kinds.count("pair"),
+        gold=kinds.count("gold_identical") + kinds.count("gold_offtopic"),
+        repeats=kinds.count("repeat"),
+        annotators=sorted({a for who in key.assignments.values() for a in who}),
+        batches_dir=batches_dir(run_dir),
+        key_path=key_path(run_dir),
+    )
+
+
+def _dump(path: Path, data: object) -> None:
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -1,0 +1,409 @@
+"""`prb audit RUN`: a report on how a run's pairs were built and filtered.
+
+Writes `outputs/<run>/audit/`: `report.html` (with PNG plots in `plots/`), `summary.md`,
+`audit.json` (every figure, machine-readable) and `records/<pair_id>.json` for the pairs the
+report links to. Read-only on the run itself: it never changes a stage file.
+
+Persona-blind accuracy is counted per judged order: each of the two A/B verdicts of a pair that
+names an answer is a trial, a success when it names the chosen one; ties are left out (and
+reported). A blind judge that cannot tell the answers apart sits at 50%; a Wilson interval that
+excludes 50% means general quality leaks, in one direction or the other.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+import pandas as pd
+from statsmodels.stats.proportion import proportion_confint
+
+from pipeline.config import FilterConfig, resolve_path
+from pipeline.records import (
+    AnnotationRecord,
+    Dropped,
+    FilterRecord,
+    Pair,
+    Persona,
+    RubricRecord,
+    Task,
+)
+from pipeline.store import StageFile, atomic_write
+
+LENGTH_BAND = (0.85, 1.15)  # median rejected/chosen word ratio outside this warns
+WORST_N = 10
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+
+
+class AuditError(ValueError):
+    pass
+
+
+def resolve_run(run: str | Path) -> Path:
+    """A run dir path, or a run id under outputs/."""
+    path = Path(run)
+    if path.is_dir() and (path / "personas.jsonl").exists():
+        return path.resolve()
+    candidate = resolve_path("outputs") / str(run)
+    if candidate.is_dir():
+        return candidate
+    raise AuditError(f"{run}: neither a run directory nor a run id under {candidate.parent}")
+
+
+@dataclass
+class RunData:
+    run_dir: Path
+    personas: list[Persona]
+    tasks: list[Task]
+    rubrics: list[RubricRecord]
+    pairs: list[Pair]
+    filters: list[FilterRecord]
+    dropped: list[Dropped]
+    annotations: list[AnnotationRecord]
+    manifest: dict = field(default_factory=dict)
+
+    @property
+    def thresholds(self) -> FilterConfig:
+        cfg = self.manifest.get("config", {}).get("filters")
+        return FilterConfig.model_validate(cfg) if cfg else FilterConfig()
+
+
+def load_run(run_dir: Path) -> RunData:
+    def read(stage, model):
+        return list(StageFile(run_dir, stage, model).read())
+
+    manifest_path = run_dir / "release" / "manifest.json"
+    return RunData(
+        run_dir=run_dir,
+        personas=read("personas", Persona),
+        tasks=read("questions", Task),
+        rubrics=read("rubrics", RubricRecord),
+        pairs=read("pairs", Pair),
+        filters=read("filters", FilterRecord),
+        dropped=read("dropped", Dropped),
+        annotations=read("annotation", AnnotationRecord),
+        manifest=json.loads(manifest_path.read_text()) if manifest_path.exists() else {},
+    )
+
+
+# --- figures ------------------------------------------------------------------------------------
+
+
+def funnel(data: RunData) -> list[dict]:
+    """Stage by stage: how many records came out, and why the others did not."""
+    dropped = {s: Counter(d.reason for d in data.dropped if d.stage == s) for s in ("rubrics",)}
+    dropped["pairs"] = Counter(d.reason for d in data.dropped if d.stage == "pairs")
+    filter_reasons = Counter(r for f in data.filters for r in f.reasons)
+    built = {f["stage"]: f["count"] for f in data.manifest.get("funnel", [])}
+    released = built.get("released")
+    # the release stage knows whether unlabelled pairs pass (annotation.required); default: yes
+    passing = ("confirmed", "unlabelled")
+    passed = built.get("annotation_passed", sum(a.verdict in passing for a in data.annotations))
+    rows = [
+        ("personas", len(data.personas), {}),
+        ("questions", len(data.tasks), {}),
+        ("rubrics", len(data.rubrics), dropped["rubrics"]),
+        ("pairs", len(data.pairs), dropped["pairs"]),
+        ("filters_kept", sum(f.kept for f in data.filters), filter_reasons),
+        (
+            "annotation_passed",
+            passed,
+            Counter(a.verdict for a in data.annotations if a.verdict not in passing),
+        ),
+    ]
+    if released is not None:
+        rows.append(("released", released, {}))
+    return [
+        {"stage": s, "count": n, "reasons": dict(sorted(r.items(), key=lambda kv: -kv[1]))}
+        for s, n, r in rows
+    ]
+
+
+def blind_trials(records: list[FilterRecord]) -> tuple[int, int, int]:
+    """(picked chosen, decisive verdicts, ties) over both orders of every judged pair."""
+    k = n = ties = 0
+    for f in records:
+        b = f.checks.blind
+        if b is None:
+            continue
+        for verdict, chosen_letter in ((b.ab, "A"), (b.ba, "B")):
+            if verdict == "tie":
+                ties += 1
+            else:
+                n += 1
+                k += verdict == chosen_letter
+    return k, n, ties
+
+
+def blind_accuracy(records: list[FilterRecord]) -> dict:
+    k, n, ties = blind_trials(records)
+    out = {"picked_chosen": k, "decisive": n, "ties": ties, "accuracy": None, "ci95": None}
+    if n:
+        lo, hi = proportion_confint(k, n, alpha=0.05, method="wilson")
+        out.update(accuracy=round(k / n, 4), ci95=[round(lo, 4), round(hi, 4)])
+    out["separated_pairs"] = sum(
+        1 for f in records if f.checks.blind and f.checks.blind.picked != "none"
+    )
+    return out
+
+
+def median_length_ratio(records: list[FilterRecord]) -> float | None:
+    ratios = [f.checks.length_ratio for f in records if f.checks.length_ratio is not None]
+    return round(statistics.median(ratios), 4) if ratios else None
+
+
+def frame(records: list[FilterRecord]) -> pd.DataFrame:
+    rows = []
+    for f in records:
+        c, p = f.checks, f.pair
+        k, n, _ = blind_trials([f])
+        rows.append(
+            {
+                "pair_id": p.pair_id,
+                "category": p.task.category,
+                "strategy": p.rejected_strategy,
+                "kept": f.kept,
+                "reasons": f.reasons,
+                "quality_chosen": c.quality_chosen.mean if c.quality_chosen else None,
+                "quality_rejected": c.quality_rejected.mean if c.quality_rejected else None,
+                "quality_gap": c.quality_gap,
+                "adherence_chosen": c.adherence_chosen,
+                "adherence_rejected": c.adherence_rejected,
+                "length_ratio": c.length_ratio,
+                "blind_k": k,
+                "blind_n": n,
+                "blind_separated": bool(c.blind and c.blind.picked != "none"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def breakdown(df: pd.DataFrame, by: str) -> list[dict]:
+    out = []
+    for key, g in df.groupby(by, sort=True):
+        reasons = Counter(r for rs in g["reasons"] for r in rs)
+        n_blind = int(g["blind_n"].sum())
+        out.append(
+            {
+                by: key,
+                "pairs": len(g),
+                "kept": int(g["kept"].sum()),
+                "keep_rate": round(float(g["kept"].mean()), 3),
+                "blind_accuracy": round(int(g["blind_k"].sum()) / n_blind, 3) if n_blind else None,
+                "blind_k": int(g["blind_k"].sum()),
+                "blind_n": n_blind,
+                "blind_separated": int(g["blind_separated"].sum()),
+                "median_length_ratio": round(float(g["length_ratio"].median()), 3),
+                "mean_quality_gap": _round(g["quality_gap"].mean()),
+                "adherence_chosen": _round(g["adherence_chosen"].mean()),
+                "adherence_rejected": _round(g["adherence_rejected"].mean()),
+                "top_reason": reasons.most_common(1)[0][0] if reasons else "",
+            }
+        )
+    return out
+
+
+def _round(x: float, n: int = 3) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), n)
+
+
+def severity(f: FilterRecord) -> float:
+    """How far a pair is from 'differs only in personal fit'; larger is worse."""
+    c = f.checks
+    score = 10.0 * len(f.errors)
+    score += 3 * (c.quality_gap or 0)
+    score += 2 * bool(c.blind and c.blind.picked != "none")
+    score += 4 * abs(math.log(max(c.length_ratio, 1e-3)))
+    score += (1 - c.adherence_chosen) if c.adherence_chosen is not None else 0
+    score += c.adherence_rejected or 0
+    score += 2 * (c.answer_similarity or 0) ** 8 + 2 * bool(c.duplicate_of)
+    return round(score, 3)
+
+
+def worst_pairs(records: list[FilterRecord], n: int = WORST_N) -> list[dict]:
+    ranked = sorted(records, key=lambda f: (-severity(f), f.pair.pair_id))[:n]
+    return [
+        {
+            "pair_id": f.pair.pair_id,
+            "severity": severity(f),
+            "kept": f.kept,
+            "reasons": f.reasons,
+            "flags": f.flags,
+            "strategy": f.pair.rejected_strategy,
+            "category": f.pair.task.category,
+            "quality_gap": f.checks.quality_gap,
+            "length_ratio": f.checks.length_ratio,
+            "link": f"records/{f.pair.pair_id}.json",
+        }
+        for f in ranked
+    ]
+
+
+def warnings_for(blind: dict[str, dict], lengths: dict[str, float | None]) -> list[str]:
+    out = []
+    for subset, b in blind.items():
+        if b["ci95"] and not b["ci95"][0] <= 0.5 <= b["ci95"][1]:
+            out.append(
+                f"persona-blind judge on {subset} pairs: accuracy {b['accuracy']:.1%}, 95% CI "
+                f"[{b['ci95'][0]:.1%}, {b['ci95'][1]:.1%}] excludes 50%: the answers differ in "
+                "general quality, not only in personal fit"
+            )
+    lo, hi = LENGTH_BAND
+    for subset, m in lengths.items():
+        if m is not None and not lo <= m <= hi:
+            out.append(
+                f"median length ratio (rejected/chosen words) on {subset} pairs is {m:.3f}, "
+                f"outside {lo}-{hi}: length could stand in for personal fit"
+            )
+    return out
+
+
+# --- plots --------------------------------------------------------------------------------------
+
+
+def _plots(data: RunData, df: pd.DataFrame, fun: list[dict], out: Path) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, never a display
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=100, metadata={"Software": None})
+        plt.close(fig)
+        files[name.removesuffix(".png")] = f"plots/{name}"
+
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    stages = [f["stage"] for f in fun][::-1]
+    counts = [f["count"] for f in fun][::-1]
+    ax.barh(stages, counts, color="#4c72b0")
+    for y, n in enumerate(counts):
+        ax.text(n, y, f" {n}", va="center")
+    ax.set_xlabel("records")
+    ax.set_title("Funnel, stage by stage")
+    ax.set_xlim(0, max(counts + [1]) * 1.15)
+    save(fig, "funnel.png")
+
+    fig, axes = plt.subplots(1, 4, figsize=(12, 3), sharey=True)
+    bins = [0.75 + 0.5 * i for i in range(10)]
+    judged = [f for f in data.filters if f.checks.quality_chosen and f.checks.quality_rejected]
+    for ax, crit in zip(axes, ("mean", "correctness", "relevance", "helpfulness"), strict=True):
+        vals = [
+            [getattr(getattr(f.checks, f"quality_{side}"), crit) for f in judged]
+            for side in ("chosen", "rejected")
+        ]  # side by side, so equal distributions show as twin bars, not one blended one
+        ax.hist(vals, bins=bins, label=["chosen", "rejected"], color=["#55a868", "#c44e52"])
+        ax.set_title(crit)
+        ax.set_xlim(0.75, 5.25)
+        ax.set_xlabel("judge score (1-5)")
+    axes[0].set_ylabel("pairs")
+    axes[0].legend()
+    fig.suptitle("Quality judge scores: chosen vs rejected")
+    save(fig, "quality.png")
+
+    fig, ax = plt.subplots(figsize=(7, 3.2))
+    t = data.thresholds
+    ratios = df["length_ratio"].dropna() if len(df) else []
+    lo = min([t.min_length_ratio * 0.9, *list(ratios)]) if len(ratios) else 0.5
+    hi = max([t.max_length_ratio * 1.1, *list(ratios)]) if len(ratios) else 1.7
+    edges = [lo + (hi - lo) * i / 30 for i in range(31)]
+    ax.hist(list(ratios), bins=edges, color="#8172b2", alpha=0.5, label="all judged")
+    if len(df):
+        ax.hist(list(df.loc[df["kept"], "length_ratio"]), bins=edges, color="#8172b2", label="kept")
+    ax.axvspan(*LENGTH_BAND, color="#55a868", alpha=0.12, label="0.85-1.15 (median target)")
+    for x in (t.min_length_ratio, t.max_length_ratio):
+        ax.axvline(x, color="#c44e52", ls="--", lw=1)
+    ax.set_xlabel("length ratio (rejected words / chosen words); dashed: filter thresholds")
+    ax.set_ylabel("pairs")
+    ax.set_title("Length ratio")
+    ax.legend(fontsize=8)
+    save(fig, "length_ratio.png")
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 3.4))
+    for ax, by in zip(axes, ("strategy", "category"), strict=True):
+        rows = breakdown(df, by) if len(df) else []
+        names = [r[by].replace("_and_", " & ").replace("_", " ") for r in rows]
+        xs = range(len(rows))
+        ax.bar([x - 0.2 for x in xs], [r["keep_rate"] for r in rows], 0.4, label="keep rate")
+        ax.bar(
+            [x + 0.2 for x in xs],
+            [r["blind_accuracy"] if r["blind_accuracy"] is not None else 0 for r in rows],
+            0.4,
+            label="blind accuracy (decisive verdicts)",
+        )
+        for x, r in zip(xs, rows, strict=True):  # how many verdicts each bar rests on
+            label = f"{r['blind_k']}/{r['blind_n']}" if r["blind_n"] else "no verdict"
+            ax.text(x + 0.2, (r["blind_accuracy"] or 0) + 0.02, label, ha="center", fontsize=7)
+        ax.axhline(0.5, color="grey", ls=":", lw=1)
+        ax.set_xticks(list(xs), names, fontsize=8)
+        ax.set_ylim(0, 1.05)
+        ax.set_title(f"By {by}")
+    axes[0].legend(fontsize=8)
+    save(fig, "breakdowns.png")
+    return files
+
+
+# --- report -------------------------------------------------------------------------------------
+
+
+def compute(data: RunData, worst_n: int = WORST_N) -> dict:
+    df = frame(data.filters)
+    kept = [f for f in data.filters if f.kept]
+    blind = {"all judged": blind_accuracy(data.filters), "kept": blind_accuracy(kept)}
+    lengths = {"all judged": median_length_ratio(data.filters), "kept": median_length_ratio(kept)}
+    return {
+        "run_id": data.run_dir.name,
+        "run_dir": str(data.run_dir),
+        "simulated": data.manifest.get("simulated"),
+        "funnel": funnel(data),
+        "blind": blind,
+        "median_length_ratio": lengths,
+        "length_band": list(LENGTH_BAND),
+        "warnings": warnings_for(blind, lengths),
+        "by_strategy": breakdown(df, "strategy") if len(df) else [],
+        "by_category": breakdown(df, "category") if len(df) else [],
+        "quality": {
+            side: _round(df[f"quality_{side}"].mean()) if len(df) else None
+            for side in ("chosen", "rejected")
+        },
+        "flags": dict(Counter(fl for f in data.filters for fl in f.flags)),
+        "worst": worst_pairs(data.filters, worst_n),
+        "thresholds": data.thresholds.model_dump(),
+    }
+
+
+def write_report(run: str | Path, worst_n: int = WORST_N) -> Path:
+    run_dir = resolve_run(run)
+    data = load_run(run_dir)
+    if not data.personas:
+        raise AuditError(f"{run_dir}: no personas.jsonl: not a run, or it has not started")
+    out = run_dir / "audit"
+    report = compute(data, worst_n)
+    report["plots"] = _plots(data, frame(data.filters), report["funnel"], out / "plots")
+    by_id = {f.pair.pair_id: f for f in data.filters}
+    (out / "records").mkdir(parents=True, exist_ok=True)
+    for w in report["worst"]:
+        with atomic_write(out / w["link"]) as f:
+            json.dump(by_id[w["pair_id"]].model_dump(mode="json"), f, indent=2, sort_keys=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=jinja2.select_autoescape(["html"]),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["pct"] = lambda x: "n/a" if x is None else f"{x:.1%}"
+    for name, template in (("report.html", "audit.html.j2"), ("summary.md", "audit.md.j2")):
+        with atomic_write(out / name) as f:
+            f.write(env.get_template(template).render(r=report))
+    with atomic_write(out / "audit.json") as f:
+        json.dump(report, f, indent=2, sort_keys=True)
+    return out

@@ -1,0 +1,356 @@
+"""`prb eval`: score reward models on a release.
+
+A pair is won only if the model scores `chosen` strictly above `rejected` (ties and failed calls
+lose). Accuracy overall and per category comes with a percentile-bootstrap 95% CI (scipy), and
+length bias sits next to it: how often the model preferred the longer answer. Results: a
+Markdown and CSV leaderboard, a bar plot, and one JSON per model with every pair's scores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from pipeline.llm import LLMError, PermanentLLMError
+from pipeline.records import PairScore
+from pipeline.rewards import Query, RewardModel, user_context
+
+REQUIRED = ("id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen",
+            "rejected")  # fmt: skip
+
+
+class ReleaseError(ValueError):
+    """A release folder that cannot be evaluated; the message names the folder or the row."""
+
+
+def load_release(path: str | Path) -> list[dict]:
+    path = Path(path)
+    if not path.is_dir():
+        raise ReleaseError(f"{path}: not a release folder")
+    try:
+        ds = datasets.load_dataset(str(path), split="test")
+    except Exception as e:  # datasets raises many types for unreadable folders
+        raise ReleaseError(f"{path}: cannot load the `test` split: {e}") from e
+    missing = [c for c in REQUIRED if c not in ds.column_names]
+    if missing:
+        raise ReleaseError(f"{path}: missing columns {missing}")
+    rows = ds.to_list()
+    for r in rows:
+        if not r["chosen"] or not r["rejected"] or not r["question"]:
+            raise ReleaseError(f"{path}: row {r['id']!r} has an empty question or answer")
+    return rows
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+async def score_pairs(rm: RewardModel, rows: list[dict]) -> list[PairScore]:
+    """One PairScore per row, in row order. A failed model call marks that pair lost, with the
+    error recorded; a permanent error (bad key, unknown model) stops the evaluation."""
+
+    def result(row, sc, sr, error=None) -> PairScore:
+        return PairScore(
+            id=row["id"],
+            category=row["category"],
+            score_chosen=sc,
+            score_rejected=sr,
+            won=sc is not None and sr is not None and sc > sr,
+            words_chosen=words(row["chosen"]),
+            words_rejected=words(row["rejected"]),
+            error=error,
+        )
+
+    def queries(row) -> list[Query]:
+        ctx = user_context(row, rm.context)
+        return [Query(ctx, row["question"], row[k]) for k in ("chosen", "rejected")]
+
+    if rm.batched:  # local models: one call over every answer, so batches fill up
+        flat = await rm.score_many([q for row in rows for q in queries(row)])
+        return [result(row, flat[2 * i], flat[2 * i + 1]) for i, row in enumerate(rows)]
+
+    async def one(row) -> PairScore:
+        c, r = queries(row)
+        try:
+            if rm.pairwise:  # both A/B orders; a point per verdict, half a point per tie
+                ab, ba = await asyncio.gather(
+                    rm.prefer(c.context, c.question, c.response, r.response),
+                    rm.prefer(c.context, c.question, r.response, c.response),
+                )
+                points = {"A": 1.0, "tie": 0.5, "B": 0.0}
+                sc = points[ab] + 1 - points[ba]
+                return result(row, sc, 2 - sc)
+            sc, sr = await rm.score_many([c, r])
+            return result(row, sc, sr)
+        except PermanentLLMError:
+            raise
+        except LLMError as e:
+            return result(row, None, None, error=f"{e.kind}: {e.detail}"[:300])
+
+    return list(await asyncio.gather(*(one(row) for row in rows)))
+
+
+def bootstrap_ci(values, n_resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
+    """Percentile-bootstrap 95% CI of the mean; NaN when fewer than two values."""
+    values = np.asarray(values, dtype=float)
+    if len(values) < 2:
+        return math.nan, math.nan
+    if np.all(values == values[0]):  # every resample has the same mean
+        return float(values[0]), float(values[0])
+    ci = stats.bootstrap(
+        (values,),
+        np.mean,
+        n_resamples=n_resamples,
+        confidence_level=0.95,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    ).confidence_interval
+    return float(ci.low), float(ci.high)
+
+
+def accuracy(scores: list[PairScore], n_resamples: int = 1000, seed: int = 0) -> dict:
+    won = [s.won for s in scores]
+    lo, hi = bootstrap_ci(won, n_resamples, seed)
+    return {
+        "n": len(won),
+        "accuracy": float(np.mean(won)) if won else math.nan,
+        "ci_low": lo,
+        "ci_high": hi,
+    }
+
+
+def longer_preferred(scores: list[PairScore]) -> float:
+    """Among pairs of unequal length that the model did not tie, the share where it scored the
+    longer answer higher: 0.5 is no length bias, 1.0 always the longer."""
+    votes = [
+        (s.score_chosen > s.score_rejected) == (s.words_chosen > s.words_rejected)
+        for s in scores
+        if s.error is None
+        and s.words_chosen != s.words_rejected
+        and s.score_chosen != s.score_rejected
+    ]
+    return float(np.mean(votes)) if votes else math.nan
+
+
+def metrics(scores: list[PairScore], n_resamples: int = 1000, seed: int = 0) -> dict:
+    categories = sorted({s.category for s in scores})
+    return {
+        **accuracy(scores, n_resamples, seed),
+        "per_category": {
+            c: accuracy([s for s in scores if s.category == c], n_resamples, seed)
+            for c in categories
+        },
+        "ties": sum(s.error is None and s.score_chosen == s.score_rejected for s in scores),
+        "errors": sum(s.error is not None for s in scores),
+        "longer_preferred": longer_preferred(scores),
+    }
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
+
+
+def _release_info(release: Path) -> dict:
+    manifest = release / "manifest.json"
+    info = {"path": str(release)}
+    if manifest.is_file():
+        m = json.loads(manifest.read_text(encoding="utf-8"))
+        info |= {k: m.get(k) for k in ("name", "run_id", "simulated", "config_fingerprint")}
+    return info
+
+
+def leaderboard(results: list[dict]) -> pd.DataFrame:
+    rows = []
+    for r in results:
+        m = r["metrics"]
+        row = {
+            "model": r["model"],
+            "context": r["context"],
+            "accuracy": m["accuracy"],
+            "ci_low": m["ci_low"],
+            "ci_high": m["ci_high"],
+        }
+        row |= {f"acc_{c}": v["accuracy"] for c, v in m["per_category"].items()}
+        row |= {
+            "longer_preferred": m["longer_preferred"],
+            "ties": m["ties"],
+            "errors": m["errors"],
+            "n": m["n"],
+        }
+        rows.append(row)
+    df = pd.DataFrame(rows).sort_values(["accuracy", "model"], ascending=[False, True])
+    return df.reset_index(drop=True)
+
+
+def to_markdown(df: pd.DataFrame, title: str, notes: list[str] = ()) -> str:
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return "–" if math.isnan(v) else f"{v:.3f}"
+        return str(v)
+
+    lines = [f"# {title}", "", *notes, "" if notes else ""]
+    lines.append("| " + " | ".join(df.columns) + " |")
+    lines.append("|" + "---|" * len(df.columns))
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def bar_plot(df: pd.DataFrame, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = df.iloc[::-1]  # best at the top
+    labels = df["model"].tolist()
+    acc = df["accuracy"].to_numpy()
+    err = np.vstack([acc - df["ci_low"].to_numpy(), df["ci_high"].to_numpy() - acc])
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(df) + 1.5))
+    ax.barh(labels, acc, xerr=np.nan_to_num(err), color="#4c72b0", capsize=3)
+    ax.axvline(0.5, color="grey", linestyle="--", linewidth=1, label="chance (0.5)")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("pairwise accuracy (chosen strictly above rejected), 95% bootstrap CI")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+async def evaluate(
+    release: Path, rms: list[RewardModel], n_resamples: int = 1000, seed: int = 0
+) -> tuple[list[dict], list[dict]]:
+    """Score every model on the release: (rows, one result dict per model)."""
+    release = Path(release)
+    rows = load_release(release)
+    results = []
+    for rm in rms:
+        scores = await score_pairs(rm, rows)
+        results.append(
+            {
+                "model": rm.name,
+                "kind": rm.kind,
+                "context": rm.context,
+                "options": rm.options,
+                "release": _release_info(release),
+                "scoring": "won iff score_chosen > score_rejected; ties and errors lose",
+                "bootstrap": {"resamples": n_resamples, "seed": seed, "method": "percentile"},
+                "metrics": metrics(scores, n_resamples, seed),
+                "pairs": [s.model_dump() for s in scores],
+            }
+        )
+    return rows, results
+
+
+def write_results(results: list[dict], rows: list[dict], out: Path) -> dict[str, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    models = out / "models"
+    models.mkdir(exist_ok=True)
+    for r in results:
+        (models / f"{slug(r['model'])}.json").write_text(
+            json.dumps(r, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+    df = leaderboard(results)
+    longer = np.mean([words(r["chosen"]) > words(r["rejected"]) for r in rows])
+    notes = [
+        f"{len(rows)} pairs. A pair is won only if chosen scores strictly above rejected "
+        "(ties lose). CI: 95% percentile bootstrap.",
+        f"`longer_preferred`: share of untied, unequal-length pairs where the model scored the "
+        f"longer answer higher (0.5 = no length bias); chosen is the longer answer in "
+        f"{longer:.0%} of pairs.",
+    ]
+    paths = {
+        "markdown": out / "leaderboard.md",
+        "csv": out / "leaderboard.csv",
+        "plot": out / "accuracy.png",
+        "models": models,
+    }
+    paths["markdown"].write_text(to_markdown(df, "Reward-model leaderboard", notes), "utf-8")
+    df.to_csv(paths["csv"], index=False, float_format="%.4f")
+    bar_plot(df, paths["plot"], "Personalized reward-model accuracy")
+    return paths
+
+
+async def run(
+    release: Path,
+    specs: list[str],
+    cfg,
+    *,
+    context: str = "profile",
+    out: Path,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    bon: dict | None = None,
+) -> dict:
+    """What `prb eval` does: build the adapters, score the release, write the results; with
+    `bon` (n, candidates, generator, oracle) also the Best-of-N check under out/bon/."""
+    from pipeline.cache import ResponseCache
+    from pipeline.llm import LLM
+    from pipeline.rewards import parse_spec
+
+    cache = ResponseCache(cfg.cache_path)
+    llm = LLM(cfg.model, cache)
+    try:
+        rms = [parse_spec(s, llm=llm, judge_model=cfg.model.judge, context=context) for s in specs]
+        rows, results = await evaluate(release, rms, n_resamples, seed)
+        summary = {"leaderboard": leaderboard(results), "paths": write_results(results, rows, out)}
+        if bon is not None:
+            summary["bon"] = await _run_bon(release, rows, rms, results, llm, cfg, out, seed, bon)
+        summary["usage"] = llm.usage_dict()
+        return summary
+    finally:
+        await llm.aclose()
+        cache.close()
+
+
+async def _run_bon(release, rows, rms, results, llm, cfg, out, seed, opts) -> dict:
+    from pipeline import bon
+
+    n = opts["n"]
+    if opts.get("candidates"):
+        candidates = bon.load_candidates(opts["candidates"], n)
+        source = f"file {opts['candidates']}"
+        failed = {r["id"]: "no candidates in the file" for r in rows if r["id"] not in candidates}
+    else:
+        manifest = release / "manifest.json"
+        budget = 100
+        if manifest.is_file():
+            config = json.loads(manifest.read_text("utf-8")).get("config", {})
+            budget = config.get("generation", {}).get("word_budget", 100)
+        generator = opts.get("generator") or cfg.model.generator
+        candidates, failed = await bon.generate_candidates(llm, generator, rows, n, budget)
+        source = f"generator `{generator}`"
+    oracle = opts.get("oracle") or cfg.model.judge
+    grades, oracle_failed = await bon.oracle_grades(llm, oracle, rows, candidates)
+    bon_dir = out / "bon"
+    bon_dir.mkdir(parents=True, exist_ok=True)
+    with open(bon_dir / "candidates.jsonl", "w", encoding="utf-8") as f:
+        for rid in sorted(candidates):
+            f.write(json.dumps({"id": rid, "candidates": candidates[rid]}) + "\n")
+    picks, model_failed = {}, {}
+    for rm, r in zip(rms, results, strict=True):
+        picks[r["model"]], model_failed[r["model"]] = await bon.best_of_n(
+            rm, rows, candidates, grades, seed
+        )
+    info = {
+        "release": str(release),
+        "n": n,
+        "source": source,
+        "oracle": oracle,
+        "prompts": len(grades),
+        "skipped": {**failed, **oracle_failed},
+        "oracle_best": float(np.mean([max(g) for g in grades.values()])) if grades else math.nan,
+        "oracle_random": float(np.mean([np.mean(g) for g in grades.values()]))
+        if grades
+        else math.nan,
+    }
+    df, corr, paths = bon.write_bon(bon_dir, results, picks, model_failed, info)
+    return {"leaderboard": df, "correlation": corr, "paths": paths, "info": info}

@@ -1,0 +1,160 @@
+"""Import external user profiles: LaMP-QA / Personalized-RewardBench-style records
+(`question`, `profile[{id, category, text}]`, `narrative`, `rubric_aspects`, `category`) from a
+local JSON/JSONL/Parquet file or a hub dataset (`hf:NAME` or `hf:NAME:CONFIG`), read through
+`datasets` and mapped to Persona + Question records.
+
+One record is one user asking one question. Records that carry the same `persona_id`/`user_id`
+(or, lacking one, the same category and profile) are the same persona, which then asks each of
+their questions. Any bad record refuses the whole import, naming the record and the field.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from pipeline.config import resolve_path
+from pipeline.personas import PersonaFileError
+from pipeline.records import CATEGORIES, Persona, ProfileItem, Question, RubricAspect, stable_id
+
+REQUIRED = ("question", "profile", "category")
+BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+MAX_REPORTED = 10  # problems listed in one error message
+
+
+def load_dataset(source: str):
+    """The source as one `datasets.Dataset` (all splits/configs of a hub dataset together)."""
+    import datasets
+
+    try:
+        if source.startswith("hf:"):
+            name, _, config = source[3:].partition(":")
+            configs = [config] if config else datasets.get_dataset_config_names(name)
+            parts = [
+                split for c in configs for split in datasets.load_dataset(name, c or None).values()
+            ]
+            return datasets.concatenate_datasets(parts)
+        path = resolve_path(source)
+        if not path.is_file():
+            raise PersonaFileError(f"{path}: no such file")
+        if path.suffix not in BUILDERS:
+            raise PersonaFileError(f"{path}: expected .json, .jsonl or .parquet")
+        return datasets.load_dataset(BUILDERS[path.suffix], data_files=str(path), split="train")
+    except PersonaFileError:
+        raise
+    except Exception as e:  # datasets raises many kinds (arrow, hub, connection): name the source
+        raise PersonaFileError(
+            f"{source}: cannot load as a dataset: {type(e).__name__}: {e}"
+        ) from e
+
+
+def _persona_key(row: dict) -> str:
+    explicit = row.get("persona_id") or row.get("user_id")
+    if explicit:
+        return str(explicit)
+    texts = [(i.get("id"), i.get("text")) for i in row["profile"]]
+    return stable_id(row["category"], texts, prefix="u-", n=12)
+
+
+def map_record(row: dict, where: str, origin: str) -> tuple[Persona, Question]:
+    """One external record as a Persona and the Question it asks; PersonaFileError if bad."""
+    rid = row.get("id") or row.get("question_id")
+    label = f"{where}{f' (id {rid!r})' if rid else ''}"
+    missing = [f for f in REQUIRED if row.get(f) in (None, "", [])]
+    if missing:
+        raise PersonaFileError(f"{label}: missing required field(s) {', '.join(missing)}")
+    category = row["category"]
+    if category not in CATEGORIES:
+        raise PersonaFileError(
+            f"{label}: field category: unknown category {category!r}; use one of "
+            + ", ".join(CATEGORIES)
+        )
+    if not isinstance(row["profile"], list):
+        raise PersonaFileError(f"{label}: field profile: expected a list of {{id, category, text}}")
+    try:
+        profile = [
+            ProfileItem(
+                id=str(item.get("id") or ""),
+                category=item.get("category") or category,
+                text=item.get("text") or "",
+            )
+            for item in row["profile"]
+        ]
+        aspects = [RubricAspect.model_validate(a) for a in row.get("rubric_aspects") or []]
+    except (ValidationError, AttributeError) as e:
+        detail = e.errors()[0] if isinstance(e, ValidationError) else {"loc": (), "msg": str(e)}
+        field = ".".join(str(p) for p in detail["loc"])
+        raise PersonaFileError(
+            f"{label}: field profile/rubric_aspects {field}: {detail['msg']}"
+        ) from None
+    pid = _persona_key(row)
+    narrative = row.get("narrative") or None
+    persona = Persona(
+        persona_id=pid,
+        category=category,
+        name=f"imported user {pid}",
+        summary=f"User imported from {origin}.",
+        profile=profile,
+        narrative=narrative,
+        source=f"import:{origin}",
+    )
+    question = Question(
+        question_id=str(rid) if rid else stable_id(pid, row["question"], prefix="q-", n=12),
+        category=category,
+        question=row["question"],
+        asked_by=[pid],
+        narrative=narrative,
+        rubric_aspects=aspects,
+    )
+    return persona, question
+
+
+def to_records(rows, origin: str) -> tuple[list[Persona], list[Question]]:
+    personas: dict[str, Persona] = {}
+    questions: dict[str, Question] = {}
+    problems: list[str] = []
+    for n, row in enumerate(rows, 1):
+        try:
+            persona, question = map_record(dict(row), f"{origin}: record {n}", origin)
+        except PersonaFileError as e:
+            problems.append(str(e))
+            continue
+        known = personas.setdefault(persona.persona_id, persona)
+        # the same user seen again: keep every profile item once, in first-seen order
+        ids = {i.id for i in known.profile}
+        known.profile += [i for i in persona.profile if i.id not in ids]
+        same = questions.setdefault(question.question_id, question)
+        if same.question != question.question or same.asked_by != question.asked_by:
+            problems.append(
+                f"{origin}: record {n}: question id {question.question_id!r} is used for "
+                "two different questions or users"
+            )
+    if problems:
+        more = (
+            f"\n… and {len(problems) - MAX_REPORTED} more" if len(problems) > MAX_REPORTED else ""
+        )
+        raise PersonaFileError("\n".join(problems[:MAX_REPORTED]) + more)
+    if not personas:
+        raise PersonaFileError(f"{origin}: no records")
+    return list(personas.values()), list(questions.values())
+
+
+def _stamp(source: str) -> float | None:
+    path = resolve_path(source)
+    return path.stat().st_mtime if not source.startswith("hf:") and path.exists() else None
+
+
+@lru_cache(maxsize=4)
+def _load(source: str, stamp: float | None) -> tuple[tuple[Persona, ...], tuple[Question, ...]]:
+    origin = source if source.startswith("hf:") else Path(source).name
+    personas, questions = to_records(load_dataset(source), origin)
+    return tuple(personas), tuple(questions)
+
+
+def load_external(source: str) -> tuple[list[Persona], list[Question]]:
+    """Personas and questions from an external source (read once per process and file version:
+    the personas and questions stages both ask)."""
+    personas, questions = _load(source, _stamp(source))
+    return list(personas), list(questions)

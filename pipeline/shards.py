@@ -1,0 +1,155 @@
+"""Model stages split into shards that run as Prefect tasks on the flow's task runner, so that
+`prb build --runner dask [--address ADDR]` spreads them over a Dask cluster (prefect-dask).
+
+A shard is the not-yet-done records of a set of personas (persona id hash, so the same-persona
+duplicate-question check sees all of a persona's pairs). Each shard task builds its own LLM and
+cache from the config, runs the ordinary stage function into `<run_dir>/shards/<stage>/<k>/`
+(resumable like any stage folder), and the flow then merges the shard files into the run's
+stage file, skipping ids already there. The stage task that follows finds everything done and
+makes no call. The response cache is one SQLite file: workers on other machines need it (and
+the outputs folder) on a shared filesystem.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from pipeline import filters, pairs, rubrics
+from pipeline.cache import ResponseCache
+from pipeline.config import RunConfig
+from pipeline.llm import LLM
+from pipeline.records import FilterRecord, Pair, RubricRecord, stable_id
+from pipeline.store import StageFile, dropped_file
+
+STAGES = {  # stage -> (run function, output model, output id, persona of an input)
+    "rubrics": (rubrics.run, RubricRecord, lambda r: r.task.task_id, lambda t: t.persona),
+    "pairs": (pairs.run, Pair, lambda p: p.task.task_id, lambda r: r.task.persona),
+    "filters": (filters.run, FilterRecord, lambda f: f.pair.pair_id, lambda p: p.task.persona),
+}
+INPUT_ID = {
+    "rubrics": lambda t: t.task_id,
+    "pairs": lambda r: r.task.task_id,
+    "filters": lambda p: p.pair_id,
+}
+
+
+@task(name="shard", cache_policy=NO_CACHE)
+async def run_shard(stage: str, cfg: RunConfig, shard_dir: str, inputs: list) -> dict:
+    fn = STAGES[stage][0]
+    cache = ResponseCache(cfg.cache_path)
+    llm = LLM(cfg.model, cache)
+    try:
+        await fn(cfg, llm, Path(shard_dir), inputs)
+    finally:
+        await llm.aclose()
+        cache.close()
+    return llm.usage_dict()
+
+
+def merge(stage: str, run_dir: Path) -> None:
+    """Append every shard's records (and drops) to the run's files, then remove the shards."""
+    _, model, output_id, _ = STAGES[stage]
+    out, drops = StageFile(run_dir, stage, model), dropped_file(run_dir)
+    done = {output_id(r) for r in out.read()}
+    dropped = {d.id for d in drops.read() if d.stage == stage}
+    root = run_dir / "shards" / stage
+    for shard in sorted(root.glob("*")) if root.exists() else []:
+        with out.appender() as append:
+            for r in StageFile(shard, stage, model).read():
+                if output_id(r) not in done and output_id(r) not in dropped:
+                    append(r)
+                    done.add(output_id(r))
+        with drops.appender() as append:
+            for d in dropped_file(shard).read():
+                if d.stage == stage and d.id not in dropped:
+                    append(d)
+                    dropped.add(d.id)
+        shutil.rmtree(shard)
+
+
+async def run_sharded(stage: str, cfg: RunConfig, llm: LLM, run_dir: Path, inputs: list, n: int):
+    """Run `stage` over `inputs` as `n` shard tasks on the current flow's task runner."""
+    merge(stage, run_dir)  # shards left by an interrupted run count as done
+    _, model, output_id, persona = STAGES[stage]
+    done = {output_id(r) for r in StageFile(run_dir, stage, model).read()}
+    done |= {d.id for d in dropped_file(run_dir).read() if d.stage == stage}
+    groups: dict[int, list] = {}
+    for x in inputs:  # a shard gets all of its personas' records, as filters needs them
+        groups.setdefault(int(stable_id(persona(x).persona_id), 16) % n, []).append(x)
+    futures = [
+        run_shard.submit(stage, cfg, str(run_dir / "shards" / stage / f"{k:03d}"), group)
+        for k, group in sorted(groups.items())
+        if any(INPUT_ID[stage](x) not in done for x in group)
+    ]
+    for future in futures:
+        usage = await asyncio.to_thread(future.result)
+        for name, u in usage.items():  # the shards' calls count in the run's usage
+            mine = llm.usage[name]
+            for field in ("calls", "cache_hits", "prompt_tokens", "completion_tokens"):
+                setattr(mine, field, getattr(mine, field) + u[field])
+            mine.retries.update(u["retries"])
+            mine.failures.update(u["failures"])
+    merge(stage, run_dir)
+
+
+def dask_task_runner(address: str | None = None, workers: int = 2):
+    """prefect-dask's DaskTaskRunner: an existing cluster at `address`, or a LocalCluster.
+
+    Workers must report to the same Prefect API as the flow (else each starts its own temporary
+    server on one database): the current API URL is exported to them via PREFECT_API_URL.
+    """
+    from prefect.settings import get_current_settings
+    from prefect_dask import DaskTaskRunner
+
+    url = get_current_settings().api.url
+    if url:
+        os.environ["PREFECT_API_URL"] = str(url)
+    if address:
+        return DaskTaskRunner(address=address)
+    tmp = os.environ.setdefault("DASK_TEMPORARY_DIRECTORY", tempfile.mkdtemp(prefix="prb-dask-"))
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": workers,
+            "threads_per_worker": 1,
+            "processes": True,
+            "dashboard_address": None,
+            "local_directory": tmp,
+        }
+    )
+
+
+@contextlib.contextmanager
+def shared_prefect_api():
+    """One Prefect API for the flow and every Dask worker: the configured one, or a temporary
+    server started here (otherwise each worker would start its own on the same database)."""
+    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+
+    if get_current_settings().api.url:
+        yield
+        return
+    from prefect.server.api.server import SubprocessASGIServer
+
+    server = SubprocessASGIServer()
+    server.start()
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+            yield
+    finally:
+        server.stop()
+        os.environ.pop("PREFECT_API_URL", None)
+
+
+def run_on_dask(flow, config_path, overrides, *, address=None, workers=2, shards=8) -> dict:
+    """Run the build flow with a DaskTaskRunner, model stages split into `shards` tasks."""
+    with shared_prefect_api():
+        runner = dask_task_runner(address, workers)
+        flow = flow.with_options(task_runner=runner)
+        return asyncio.run(flow(config_path, overrides, shards=shards))

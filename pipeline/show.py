@@ -1,0 +1,182 @@
+"""`prb show PAIR_ID`: everything about one pair, from the run's stage files and the response
+cache: persona, profile, aspects, both answers, the filter verdict, and every model call that
+made or judged it (prompt, raw answer, parsed output).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from pipeline.audit import AuditError, resolve_run
+from pipeline.cache import ResponseCache
+from pipeline.config import resolve_path
+from pipeline.llm import parse_output
+from pipeline.prompts import PromptError, load_prompt
+from pipeline.records import FilterRecord, Pair, RubricRecord
+from pipeline.store import StageFile
+
+# the order calls happened in: plan, generate, judge (record files sort their keys)
+CALL_ORDER = [
+    "planner",
+    "content_plan",
+    "chosen",
+    "rejected",
+    "quality_chosen",
+    "quality_rejected",
+    "adherence_chosen",
+    "adherence_rejected",
+    "blind_ab",
+    "blind_ba",
+]
+
+
+def _find_pair(run_dir: Path, pair_id: str) -> Pair | None:
+    return next((p for p in StageFile(run_dir, "pairs", Pair).read() if p.pair_id == pair_id), None)
+
+
+def find_run(pair_id: str, run: str | None = None) -> Path:
+    """The run holding the pair: the given one, or the newest run under outputs/ that has it."""
+    if run is not None:
+        run_dir = resolve_run(run)
+        if _find_pair(run_dir, pair_id) is None:
+            raise AuditError(f"{run_dir / 'pairs.jsonl'}: no pair {pair_id}")
+        return run_dir
+    outputs = resolve_path("outputs")
+    runs = sorted(outputs.glob("*/pairs.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for path in runs:
+        if pair_id in path.read_text(encoding="utf-8"):
+            return path.parent
+    raise AuditError(f"no run under {outputs} has pair {pair_id}; pass --run")
+
+
+def _call(cache: ResponseCache | None, name: str, key: str) -> dict:
+    entry = cache.lookup(key) if cache else None
+    if entry is None:
+        return {"name": name, "key": key, "missing": "not in the response cache"}
+    parsed: object
+    try:
+        schema = load_prompt(entry["task"]).output
+        value = parse_output(entry["content"], schema)
+        parsed = value.model_dump(mode="json") if schema else None
+    except (PromptError, Exception) as e:  # a stale or garbled entry is shown, not fatal
+        parsed = {"unparseable": str(e)}
+    return {
+        "name": name,
+        "key": key,
+        "task": entry["task"],
+        "model": entry["model"],
+        "messages": entry["request"]["messages"],
+        "params": entry["request"].get("params", {}),
+        "raw": entry["content"],
+        "parsed": parsed,
+    }
+
+
+def collect(pair_id: str, run: str | None = None) -> dict:
+    run_dir = find_run(pair_id, run)
+    pair = _find_pair(run_dir, pair_id)
+    if pair is None:
+        raise AuditError(f"{run_dir / 'pairs.jsonl'}: no pair {pair_id}")
+    rubric = next(
+        (
+            r
+            for r in StageFile(run_dir, "rubrics", RubricRecord).read()
+            if r.task.task_id == pair.task.task_id
+        ),
+        None,
+    )
+    verdict = next(
+        (
+            f
+            for f in StageFile(run_dir, "filters", FilterRecord).read()
+            if f.pair.pair_id == pair_id
+        ),
+        None,
+    )
+    cache_path = run_dir.parent / "cache.sqlite"  # RunConfig.cache_path: outputs_dir/cache.sqlite
+    cache = ResponseCache(cache_path) if cache_path.exists() else None
+    keys = {**(rubric.calls if rubric else {}), **pair.calls, **(verdict.calls if verdict else {})}
+    try:
+        names = sorted(keys, key=lambda n: (CALL_ORDER.index(n) if n in CALL_ORDER else 99, n))
+        calls = [_call(cache, name, keys[name]) for name in names]
+    finally:
+        if cache:
+            cache.close()
+    return {
+        "run_dir": str(run_dir),
+        "pair": pair.model_dump(mode="json"),
+        "ungrounded_aspects": [a.model_dump() for a in rubric.ungrounded_aspects] if rubric else [],
+        "filter": None
+        if verdict is None
+        else verdict.model_dump(
+            mode="json", include={"kept", "reasons", "flags", "errors", "checks"}
+        ),
+        "calls": calls,
+    }
+
+
+def render(info: dict, console: Console) -> None:
+    p = info["pair"]
+    task, persona = p["task"], p["task"]["persona"]
+    console.rule(f"[bold]{escape(p['pair_id'])}[/bold]  ({escape(info['run_dir'])})")
+    console.print(
+        f"[bold]persona[/bold] {escape(persona['persona_id'])} — {escape(persona['name'])} "
+        f"({persona['category']})\n{escape(persona['summary'])}"
+    )
+    profile = Table("id", "profile item", title="profile", show_lines=False)
+    for item in persona["profile"]:
+        profile.add_row(Text(item["id"]), Text(item["text"]))
+    console.print(profile)
+    console.print(
+        f"[bold]question[/bold] ({escape(task['question_id'])}): {escape(task['question'])}"
+    )
+    aspects = Table("#", "aspect", "evidence", "reason", title="rubric aspects")
+    for i, a in enumerate(p["rubric_aspects"], 1):
+        aspects.add_row(str(i), *(Text(a[k]) for k in ("aspect", "evidence", "reason")))
+    console.print(aspects)
+    for a in info["ungrounded_aspects"]:
+        console.print(
+            f"[yellow]ungrounded (not used):[/yellow] {escape(a['aspect'])} — "
+            f"{escape(a['evidence'])}"
+        )
+    console.print(f"[bold]narrative[/bold] {escape(p['narrative'])}")
+    console.print(
+        "[bold]key points[/bold]\n" + "\n".join(f"- {escape(k)}" for k in p["key_points"])
+    )
+    console.print(Panel(Text(p["chosen"]), title="chosen", border_style="green"))
+    console.print(
+        Panel(Text(p["rejected"]), title=f"rejected ({p['rejected_strategy']})", border_style="red")
+    )
+    f = info["filter"]
+    if f is None:
+        console.print("[yellow]not through the filters stage yet[/yellow]")
+    else:
+        state = "[green]kept[/green]" if f["kept"] else "[red]dropped[/red]"
+        console.print(
+            f"[bold]filters[/bold] {state}; reasons: {', '.join(f['reasons']) or '-'}; "
+            f"flags: {', '.join(f['flags']) or '-'}"
+        )
+        for name, err in f["errors"].items():
+            console.print(f"[red]{name} failed:[/red] {escape(err)}")
+        console.print_json(json.dumps(f["checks"]))
+    for c in info["calls"]:
+        title = f"{c['name']} · {c.get('task', '?')} · {c.get('model', '?')} · {c['key'][:12]}"
+        console.rule(escape(title))
+        if "missing" in c:
+            console.print(f"[yellow]{c['missing']}[/yellow]")
+            continue
+        for m in c["messages"]:
+            console.print(
+                Panel(Text(m["content"]), title=f"prompt: {m['role']}", border_style="dim")
+            )
+        console.print(Panel(Text(c["raw"]), title="raw answer", border_style="cyan"))
+        if c["parsed"] is not None:
+            console.print("parsed:")
+            console.print_json(json.dumps(c["parsed"]))

@@ -1,0 +1,144 @@
+"""`prb audit` and `prb show` on real runs built against the simulator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import build, write_config
+from statsmodels.stats.proportion import proportion_confint
+from typer.testing import CliRunner
+
+from pipeline.audit import write_report
+from pipeline.cli import app
+
+PNG = b"\x89PNG\r\n\x1a\n"
+SECTIONS = ["warnings", "funnel", "quality", "length", "blind", "breakdowns", "worst"]
+MD_HEADINGS = [
+    "## Warnings",
+    "## Funnel",
+    "## Quality scores: chosen vs rejected",
+    "## Length ratio",
+    "## Persona-blind judge",
+    "## Breakdowns",
+    "### By rejected strategy",
+    "### By category",
+    "## Worst pairs",
+]
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory, sim_url):
+    tmp = tmp_path_factory.mktemp("audit")
+    result = build(write_config(tmp, sim_url, personas={"per_category": 3}))
+    return Path(result["run_dir"]), result
+
+
+def test_report_has_every_section_and_plot(clean_run):
+    run_dir, result = clean_run
+    out = write_report(run_dir)
+    assert out == run_dir / "audit"
+    html = (out / "report.html").read_text()
+    for section in SECTIONS:
+        assert f'<h2 id="{section}">' in html, section
+    md = (out / "summary.md").read_text()
+    for heading in MD_HEADINGS:
+        assert heading in md, heading
+    for plot in ("funnel", "quality", "length_ratio", "breakdowns"):
+        png = out / "plots" / f"{plot}.png"
+        assert png.read_bytes()[:8] == PNG and png.stat().st_size > 5000, plot
+        assert f'src="plots/{plot}.png"' in html
+    report = json.loads((out / "audit.json").read_text())
+    # worst pairs link to their records, which are the filters.jsonl records themselves
+    filters = {r["pair"]["pair_id"]: r for r in lines(run_dir / "filters.jsonl")}
+    assert 0 < len(report["worst"]) <= 9
+    for w in report["worst"]:
+        assert f'href="{w["link"]}"' in html and f"]({w['link']})" in md
+        assert json.loads((out / w["link"]).read_text()) == filters[w["pair_id"]]
+    severities = [w["severity"] for w in report["worst"]]
+    assert severities == sorted(severities, reverse=True)
+
+
+def test_report_figures_match_the_run_files(clean_run):
+    run_dir, result = clean_run
+    report = json.loads((write_report(run_dir) / "audit.json").read_text())
+    funnel = {f["stage"]: f["count"] for f in report["funnel"]}
+    for stage, name in (("personas", "personas"), ("questions", "questions"), ("pairs", "pairs")):
+        assert funnel[stage] == len(lines(run_dir / f"{name}.jsonl"))
+    assert funnel == {k: v for k, v in result["funnel"].items() if k in funnel}
+    # blind accuracy recomputed independently from the records: decisive verdicts naming chosen
+    records = lines(run_dir / "filters.jsonl")
+    verdicts = [(r["checks"]["blind"]["ab"], "A") for r in records]
+    verdicts += [(r["checks"]["blind"]["ba"], "B") for r in records]
+    decisive = [(v, c) for v, c in verdicts if v != "tie"]
+    k = sum(v == c for v, c in decisive)
+    blind = report["blind"]["all judged"]
+    assert (blind["picked_chosen"], blind["decisive"]) == (k, len(decisive))
+    if decisive:
+        lo, hi = proportion_confint(k, len(decisive), method="wilson")
+        assert blind["ci95"] == [round(lo, 4), round(hi, 4)]
+    ratios = sorted(r["checks"]["length_ratio"] for r in records)
+    assert report["median_length_ratio"]["all judged"] == round(ratios[len(ratios) // 2], 4)
+    strategies = {row["strategy"]: row["pairs"] for row in report["by_strategy"]}
+    assert sum(strategies.values()) == len(records)
+    assert {row["category"] for row in report["by_category"]} == {
+        r["pair"]["task"]["category"] for r in records
+    }
+
+
+def test_warnings_when_quality_leaks(tmp_path, sim_factory):
+    url = sim_factory(degrade_rate=1.0)
+    result = build(write_config(tmp_path, url, personas={"per_category": 2}))
+    run_dir = Path(result["run_dir"])
+    report = json.loads((write_report(run_dir) / "audit.json").read_text())
+    text = "\n".join(report["warnings"])
+    assert "excludes 50%" in text and "median length ratio" in text
+    assert report["blind"]["all judged"]["accuracy"] == 1.0
+    md = (run_dir / "audit" / "summary.md").read_text()
+    assert "**WARNING** persona-blind judge" in md
+    assert 'class="warn"' in (run_dir / "audit" / "report.html").read_text()
+
+
+def test_cli_audit_and_show(clean_run):
+    run_dir, _ = clean_run
+    runner = CliRunner()
+    audited = runner.invoke(app, ["audit", str(run_dir)])
+    assert audited.exit_code == 0, audited.output
+    assert "## Funnel" in audited.output and "report.html" in audited.output
+
+    record = lines(run_dir / "filters.jsonl")[0]
+    pair_id = record["pair"]["pair_id"]
+    shown = runner.invoke(app, ["show", pair_id, "--run", str(run_dir), "--json"])
+    assert shown.exit_code == 0, shown.output
+    info = json.loads(shown.output)
+    assert info["pair"]["task"]["persona"]["profile"]
+    assert info["pair"]["rubric_aspects"] == record["pair"]["rubric_aspects"]
+    calls = {c["name"]: c for c in info["calls"]}
+    assert list(calls)[:4] == ["planner", "content_plan", "chosen", "rejected"]
+    assert set(calls) >= set(record["calls"])
+    for name in record["calls"]:
+        c = calls[name]
+        assert c["messages"][0]["role"] == "system" and c["raw"]
+    assert calls["blind_ab"]["parsed"]["choice"] == record["checks"]["blind"]["ab"]
+    assert calls["blind_ba"]["parsed"]["choice"] == record["checks"]["blind"]["ba"]
+    assert (
+        calls["quality_rejected"]["parsed"]["helpfulness"]
+        == record["checks"]["quality_rejected"]["helpfulness"]
+    )
+    assert record["pair"]["rejected"] in calls["blind_ab"]["messages"][1]["content"]
+
+    pretty = runner.invoke(app, ["show", pair_id, "--run", str(run_dir)])
+    assert pretty.exit_code == 0, pretty.output
+    flat = " ".join(pretty.output.split())  # rich wraps long lines to the terminal width
+    assert record["pair"]["task"]["question"] in flat
+    assert "blind_ba" in pretty.output and "raw answer" in pretty.output
+
+    missing = runner.invoke(app, ["show", "prb-0000000000000000", "--run", str(run_dir)])
+    assert missing.exit_code == 2 and "no pair" in missing.output
+    bad = runner.invoke(app, ["audit", str(run_dir / "nope")])
+    assert bad.exit_code == 2

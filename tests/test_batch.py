@@ -1,0 +1,108 @@
+"""`--mode batch`: calls go through the simulator's /v1/files and /v1/batches over real HTTP,
+answers land in the cache, and the flow continues from there to the same release."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+from conftest import build, write_config
+
+from pipeline.batch import BatchLLM
+from pipeline.cache import ResponseCache
+from pipeline.config import load_config
+from pipeline.prompts import load_prompt
+
+
+def build_batch(config: Path) -> dict:
+    from pipeline.flows import build as build_flow
+
+    return asyncio.run(build_flow(str(config), {}, mode="batch"))
+
+
+def stats(base_url: str) -> dict:
+    return httpx.get(base_url.removesuffix("/v1") + "/stats").json()
+
+
+def parquet_bytes(result: dict) -> dict[str, bytes]:
+    release = Path(result["release_dir"])
+    return {str(p.relative_to(release)): p.read_bytes() for p in sorted(release.rglob("*.parquet"))}
+
+
+def test_batch_mode_builds_the_online_release_without_online_calls(tmp_path, sim_url, sim_factory):
+    small = {"personas": {"per_category": 2}}
+    online = build(write_config(tmp_path / "online", sim_url, **small))
+    url = sim_factory()
+    cfg = write_config(tmp_path / "batch", url, batch={"poll_s": 0.05}, **small)
+    result = build_batch(cfg)
+
+    seen = stats(url)
+    assert seen.get("requests", 0) == 0  # not one online chat completion
+    # one batch per round of dependent calls: planner, content plan, chosen, rejected, judges
+    assert seen["batches_created"] == 5
+    calls = {stage: u["calls"] for stage, u in result["usage"].items()}
+    assert calls == {"rubrics": 6, "pairs": 18, "filters": 6 * result["funnel"]["pairs"]}
+    assert seen["batch_lines"] == sum(calls.values())
+    assert parquet_bytes(result) == parquet_bytes(online)
+    assert result["funnel"] == online["funnel"]
+
+    jobs = [json.loads(x) for x in (Path(result["run_dir"]) / "batches.jsonl").open()]
+    assert [j["state"] for j in jobs] == ["submitted", "collected"] * 5
+    assert all(j["status"] == "completed" for j in jobs if j["state"] == "collected")
+
+    again = build_batch(cfg)  # everything cached: nothing submitted
+    assert sum(u["calls"] for u in again["usage"].values()) == 0
+    assert stats(url)["batches_created"] == 5
+
+
+async def _calls(llm: BatchLLM, questions: list[str]):
+    prompt = load_prompt("content_plan")
+    return await asyncio.gather(
+        *(
+            llm.call(prompt, stage="pairs", model="prb-sim-1", variables={"question": q})
+            for q in questions
+        )
+    )
+
+
+def test_rerun_collects_a_recorded_batch_instead_of_resubmitting(tmp_path, sim_factory):
+    url = sim_factory(latency_ms=300)  # the batch is still running when the first run dies
+    questions = [f"How do I start learning instrument number {i}?" for i in range(5)]
+    run_dir = tmp_path / "run"
+
+    async def first_run_dies_while_polling():
+        cfg = load_config(write_config(tmp_path, url, batch={"poll_s": 60}))
+        cache = ResponseCache(cfg.cache_path)
+        llm = BatchLLM(cfg, cache, run_dir)
+        calls = asyncio.create_task(_calls(llm, questions))
+        while not (run_dir / "batches.jsonl").exists():
+            await asyncio.sleep(0.02)
+        calls.cancel()  # as a crash would: submitted, recorded, never collected
+        await asyncio.gather(calls, return_exceptions=True)
+        await llm.aclose()
+        cache.close()
+
+    asyncio.run(first_run_dies_while_polling())
+    assert stats(url)["batches_created"] == 1
+    lines = (run_dir / "batches.jsonl").read_text().splitlines()
+    assert [json.loads(x)["state"] for x in lines] == ["submitted"]
+
+    async def rerun():
+        cfg = load_config(write_config(tmp_path, url, batch={"poll_s": 0.05}))
+        cache = ResponseCache(cfg.cache_path)
+        llm = BatchLLM(cfg, cache, run_dir)
+        try:
+            return await _calls(llm, questions), llm.usage_dict()
+        finally:
+            await llm.aclose()
+            cache.close()
+
+    results, usage = asyncio.run(rerun())
+    assert stats(url)["batches_created"] == 1  # collected, not paid for twice
+    assert stats(url).get("requests", 0) == 0
+    assert all(len(r.value.key_points) >= 2 for r in results)
+    assert usage["pairs"]["calls"] == 0 and usage["pairs"]["cache_hits"] == 5
+    states = [json.loads(x)["state"] for x in (run_dir / "batches.jsonl").read_text().splitlines()]
+    assert states == ["submitted", "collected"]

@@ -1,0 +1,293 @@
+"""`prb eval`: accuracy and CIs, baselines, LLM judges against the simulator, the HF adapter on a
+tiny local model, Best-of-N and its correlation figures. Releases here are tiny Parquet files
+written with `datasets`, laid out as a real release."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+
+import datasets
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import write_config
+from typer.testing import CliRunner
+
+from pipeline.bon import CandidatesError, correlation, load_candidates
+from pipeline.cache import ResponseCache
+from pipeline.cli import app
+from pipeline.config import ModelConfig
+from pipeline.evaluate import ReleaseError, bootstrap_ci, evaluate, load_release
+from pipeline.llm import LLM
+from pipeline.rewards import SpecError, parse_spec
+
+CATS = ("Art_and_Entertainment", "Society_and_Culture")
+POINTS = "Start with one small project. Practise a little every week. Ask a teacher for feedback."
+
+
+def row(i: int, category: str, chosen: str, rejected: str, **extra) -> dict:
+    return {
+        "id": f"p{i:03d}",
+        "question": extra.get("question", f"How do I get started with pottery, take {i}?"),
+        "profile": extra.get("profile", [{"id": f"u{i}-p1", "category": category, "text": "Hi."}]),
+        "rubric_aspects": extra.get(
+            "aspects", [{"aspect": "Be concise", "evidence": f"[u{i}-p1]", "reason": "said so"}]
+        ),
+        "narrative": extra.get("narrative", "The user wants a concise answer."),
+        "category": category,
+        "chosen": chosen,
+        "rejected": rejected,
+    }
+
+
+def write_release(root, rows) -> str:
+    """The release layout: <category>/test-00000-of-00001.parquet (split `test`)."""
+    for cat in sorted({r["category"] for r in rows}):
+        path = root / cat / "test-00000-of-00001.parquet"
+        path.parent.mkdir(parents=True)
+        datasets.Dataset.from_list([r for r in rows if r["category"] == cat]).to_parquet(str(path))
+    return str(root)
+
+
+def length_rows() -> list[dict]:
+    """Category A: chosen longer in 15 of 20; category B: longer in 4 of 10, one equal length."""
+    short, long = "word " * 10, "word " * 14
+    rows = [row(i, CATS[0], long, short) for i in range(15)]
+    rows += [row(i, CATS[0], short, long) for i in range(15, 20)]
+    rows += [row(i, CATS[1], long, short) for i in range(20, 24)]
+    rows += [row(i, CATS[1], short, long) for i in range(24, 29)]
+    rows.append(row(29, CATS[1], "same " * 10, "word " * 10))
+    return rows
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_longer_wins_accuracy_ties_and_length_bias(tmp_path):
+    release = write_release(tmp_path / "release", length_rows())
+    rm = parse_spec("length", llm=None, judge_model="", context="none")
+    rows, [res] = run(evaluate(release, [rm], n_resamples=500, seed=1))
+    m = res["metrics"]
+    assert len(rows) == 30 and m["n"] == 30
+    assert m["accuracy"] == pytest.approx(19 / 30)  # the equal-length pair is a tie: lost
+    assert m["per_category"][CATS[0]]["accuracy"] == pytest.approx(15 / 20)
+    assert m["per_category"][CATS[1]]["accuracy"] == pytest.approx(4 / 10)
+    assert m["ties"] == 1 and m["errors"] == 0
+    assert m["longer_preferred"] == 1.0
+    assert m["ci_low"] < m["accuracy"] < m["ci_high"]
+    by_id = {p["id"]: p for p in res["pairs"]}
+    assert by_id["p000"]["score_chosen"] == 14 and by_id["p000"]["score_rejected"] == 10
+    assert by_id["p029"]["won"] is False
+
+
+def test_bootstrap_ci_matches_an_independent_bootstrap():
+    won = np.array([1.0] * 130 + [0.0] * 70)  # accuracy 0.65, n = 200
+    lo, hi = bootstrap_ci(won, n_resamples=4000, seed=3)
+    rng = np.random.default_rng(11)
+    means = won[rng.integers(0, len(won), size=(4000, len(won)))].mean(axis=1)
+    ref_lo, ref_hi = np.percentile(means, [2.5, 97.5])
+    assert lo == pytest.approx(ref_lo, abs=0.015) and hi == pytest.approx(ref_hi, abs=0.015)
+    half = 1.96 * math.sqrt(0.65 * 0.35 / 200)  # the normal approximation agrees too
+    assert lo == pytest.approx(0.65 - half, abs=0.02) and hi == pytest.approx(0.65 + half, abs=0.02)
+    assert bootstrap_ci([1, 1, 1], seed=0) == (1.0, 1.0)
+    assert all(math.isnan(x) for x in bootstrap_ci([1], seed=0))
+    assert bootstrap_ci(won, 1000, seed=5) == bootstrap_ci(won, 1000, seed=5)
+
+
+def test_random_and_overlap_baselines(tmp_path):
+    profile = [{"id": "u-p1", "category": CATS[0], "text": "I love glazing ceramics in my kiln"}]
+    rows = [
+        row(
+            i,
+            CATS[0],
+            "Glazing ceramics in a kiln works well.",
+            "Paint on canvas instead.",
+            profile=profile,
+        )  # fmt: skip
+        for i in range(6)
+    ]
+    release = write_release(tmp_path / "release", rows)
+    specs = ["overlap", "overlap:context=none", "random:seed=4", "random:seed=4"]
+    rms = [parse_spec(s, llm=None, judge_model="", context="profile") for s in specs]
+    _, res = run(evaluate(release, rms, n_resamples=200))
+    assert res[0]["metrics"]["accuracy"] == 1.0 and res[0]["context"] == "profile"
+    assert res[1]["metrics"]["accuracy"] == 0.0 and res[1]["metrics"]["ties"] == 6  # no context
+    assert res[2]["pairs"] == res[3]["pairs"]  # seeded
+
+
+def test_release_and_spec_errors_name_the_culprit(tmp_path):
+    bad = tmp_path / "bad"
+    path = bad / CATS[0] / "test-00000-of-00001.parquet"
+    path.parent.mkdir(parents=True)
+    datasets.Dataset.from_list([{"id": "x", "question": "q"}]).to_parquet(str(path))
+    with pytest.raises(ReleaseError, match="missing columns"):
+        load_release(bad)
+    with pytest.raises(ReleaseError, match="not a release folder"):
+        load_release(tmp_path / "nowhere")
+    with pytest.raises(SpecError, match="unknown kind 'bert'"):
+        parse_spec("bert", llm=None, judge_model="", context="none")
+    with pytest.raises(SpecError, match="context must be"):
+        parse_spec("length:context=everything", llm=None, judge_model="", context="none")
+    cands = tmp_path / "c.jsonl"
+    cands.write_text('{"id": "a", "candidates": ["x", "y"]}\n{"id": "b", "candidates": "xy"}\n')
+    with pytest.raises(CandidatesError, match=r"c\.jsonl:2"):
+        load_candidates(cands, 4)
+
+
+# --- LLM judges against the simulator -----------------------------------------------------------
+
+BEGINNER = "Explain in plain language for a beginner and define any term"
+BRIEF = "Keep it short and limited to the essentials"
+
+
+def persona_rows(n: int = 12) -> list[dict]:
+    """Users who are beginners and want it short; chosen carries those styles' markers,
+    rejected is the same points in a generic register and slightly longer."""
+    rows = []
+    for i in range(n):
+        profile = [
+            {
+                "id": f"u{i}-p1",
+                "category": CATS[i % 2],
+                "text": f"Complete beginner here, day {i}.",
+            },
+            {"id": f"u{i}-p2", "category": CATS[i % 2], "text": "Keep it brief, I skim."},
+        ]
+        aspects = [
+            {"aspect": a, "evidence": f"[u{i}-p1]", "reason": "r"} for a in (BEGINNER, BRIEF)
+        ]
+        rows.append(
+            row(
+                i,
+                CATS[i % 2],
+                f"In plain terms, no experience needed. Short version: {POINTS}",
+                f"Here is a general overview that applies to most people asking. {POINTS}",
+                profile=profile,
+                aspects=aspects,
+                narrative=f"The user wants an answer that {BEGINNER.lower()}; {BRIEF.lower()}.",
+                question=f"How should I start with pottery number {i}?",
+            )
+        )
+    return rows
+
+
+def test_judges_use_the_profile_and_ask_both_orders(tmp_path, sim_url):
+    release = write_release(tmp_path / "release", persona_rows())
+
+    async def go():
+        llm = LLM(ModelConfig(base_url=sim_url), ResponseCache(tmp_path / "cache.sqlite"))
+        specs = ["judge", "judge:context=none", "judge:context=aspects", "judge-pair",
+                 "judge-pair:context=none"]  # fmt: skip
+        rms = [parse_spec(s, llm=llm, judge_model="prb-sim-1", context="profile") for s in specs]
+        try:
+            _, res = await evaluate(release, rms, n_resamples=200)
+        finally:
+            await llm.aclose()
+        return res, llm.usage_dict()
+
+    res, usage = run(go())
+    acc = {r["model"]: r["metrics"]["accuracy"] for r in res}
+    assert acc["judge(model=prb-sim-1)/profile"] >= 0.75
+    assert acc["judge(model=prb-sim-1)/aspects"] >= 0.75
+    assert acc["judge-pair(model=prb-sim-1)/profile"] >= 0.75
+    assert acc["judge(model=prb-sim-1)/profile"] - acc["judge(model=prb-sim-1)/none"] >= 0.3
+    assert acc["judge-pair(model=prb-sim-1)/none"] <= 0.5  # no context: length/position only
+    assert usage["eval"]["calls"] == 12 * 2 * 5  # two answers, or both A/B orders, per pair
+    pairwise = next(r for r in res if r["model"] == "judge-pair(model=prb-sim-1)/profile")
+    assert {p["score_chosen"] + p["score_rejected"] for p in pairwise["pairs"]} == {2.0}
+
+
+def test_cli_writes_leaderboard_plot_and_per_pair_json(tmp_path, sim_url):
+    release = write_release(tmp_path / "run" / "release", length_rows() + persona_rows(4))
+    config = write_config(tmp_path, sim_url)
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            release,
+            "--config",
+            str(config),
+            "--rm",
+            "length",
+            "--rm",
+            "random",
+            "--rm",
+            "judge:context=none",
+            "--bootstrap",
+            "200",
+        ],  # fmt: skip
+    )
+    assert result.exit_code == 0, result.output
+    assert "reward-model leaderboard" in result.output
+    out = tmp_path / "run" / "eval"
+    board = pd.read_csv(out / "leaderboard.csv")
+    length = board.set_index("model").loc["length/profile"]
+    assert length["accuracy"] == pytest.approx(round(19 / 34, 4))  # persona rows: rejected longer
+    assert {"ci_low", "ci_high", "longer_preferred", "acc_Art_and_Entertainment"} <= set(board)
+    assert (out / "accuracy.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| length/profile | profile |" in (out / "leaderboard.md").read_text()
+    detail = json.loads((out / "models" / "judge-model-prb-sim-1-none.json").read_text())
+    assert detail["context"] == "none" and len(detail["pairs"]) == 34
+    assert all(p["score_chosen"] is not None for p in detail["pairs"])
+    bad = CliRunner().invoke(app, ["eval", str(tmp_path / "none"), "--config", str(config)])
+    assert bad.exit_code == 2 and "not a release folder" in bad.output
+
+
+# --- Best-of-N ----------------------------------------------------------------------------------
+
+
+def test_correlation_matches_hand_computed_values():
+    acc, bon = [0.9, 0.7, 0.5, 0.6], [0.8, 0.6, 0.3, 0.65]
+    c = correlation(acc, bon)
+    # ranks (4,3,1,2) vs (4,2,1,3): sum d^2 = 2, rho = 1 - 6*2/(4*15)
+    assert c["spearman"] == pytest.approx(0.8)
+    # pairs: 5 concordant, 1 discordant (models 2 and 4) -> (5 - 1) / 6
+    assert c["kendall"] == pytest.approx(4 / 6)
+    dcg = 0.8 + 0.6 / math.log2(3) + 0.65 / 2 + 0.3 / math.log2(5)  # order by accuracy
+    ideal = 0.8 + 0.65 / math.log2(3) + 0.6 / 2 + 0.3 / math.log2(5)
+    assert c["ndcg"] == pytest.approx(dcg / ideal)
+    assert math.isnan(correlation([0.5], [0.5])["spearman"])
+
+
+def test_bon_from_file_and_from_the_generator(tmp_path, sim_url):
+    rows = persona_rows(6)
+    release = write_release(tmp_path / "run" / "release", rows)
+    fitted = f"In plain terms, no experience needed. Short version: {POINTS}"
+    generic = f"Here is a general overview. {POINTS}"
+    longest = f"Here is a long and general overview that applies to most people. {POINTS} " * 2
+    cands = tmp_path / "cands.jsonl"
+    cands.write_text(
+        "".join(
+            json.dumps({"id": r["id"], "candidates": [generic, fitted, longest]}) + "\n"
+            for r in rows
+        )  # fmt: skip
+    )
+    config = write_config(tmp_path, sim_url)
+    args = ["eval", "bon", release, "--config", str(config), "--bootstrap", "100", "--rm",
+            "length", "--rm", "judge", "--rm", "judge:context=none"]  # fmt: skip
+    result = CliRunner().invoke(app, [*args, "--candidates", str(cands)])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "run" / "eval" / "bon"
+    board = pd.read_csv(out / "bon_leaderboard.csv").set_index("model")
+    length = json.loads((out / "models" / "length-profile.json").read_text())
+    assert {p["pick"] for p in length["picks"]} == {2}  # the longest candidate
+    judge = json.loads((out / "models" / "judge-model-prb-sim-1-profile.json").read_text())
+    # the oracle gives the fitted answer 2 on both aspects; generic ones get less
+    assert all(p["oracle"][1] == 1.0 and p["oracle"][0] < 1.0 for p in judge["picks"])
+    assert board.loc["judge(model=prb-sim-1)/profile", "bon_quality"] >= 0.8
+    assert (
+        board.loc["judge(model=prb-sim-1)/profile", "bon_win_rate"]
+        > board.loc["length/profile", "bon_win_rate"]
+    )
+    summary = json.loads((out / "bon_summary.json").read_text())
+    assert summary["correlation"]["win_rate"]["models"] == 3 and summary["skipped"] == {}
+    assert (out / "bon_vs_accuracy.png").exists()
+
+    result = CliRunner().invoke(app, [*args, "--n", "3", "--out", str(tmp_path / "gen")])
+    assert result.exit_code == 0, result.output
+    generated = [json.loads(x) for x in (tmp_path / "gen/bon/candidates.jsonl").open()]
+    assert len(generated) == 6 and all(len(g["candidates"]) == 3 for g in generated)
+    assert any(len(set(g["candidates"])) > 1 for g in generated)  # N seeds, N samples

@@ -1,0 +1,263 @@
+"""Endpoint faults: each is retried, or recorded as its documented outcome, and never loses or
+corrupts finished work. Outcomes (see README "Faults and resume"):
+
+- retried (counted by kind in run_stats.json): 429 with or without Retry-After, 500/502/503,
+  connection reset, read timeout, truncated or non-JSON body, content that is not the schema;
+- when retries run out: the record is dropped (`<stage>_endpoint_error` / `_unparseable`);
+- content filter: not retried, dropped with reason `<stage>_content_filter`;
+- 401 / 404 model: the run stops at once (exit 4), nothing is recorded as dropped.
+
+The simulator runs in a thread of the test process, so each test can set its faults directly;
+it still answers over real HTTP through the openai client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import uvicorn
+from conftest import build, write_config
+from tenacity import RetryCallState
+
+from pipeline.cache import ResponseCache
+from pipeline.config import ModelConfig
+from pipeline.llm import LLM, LLMError, PermanentLLMError
+from pipeline.prompts import load_prompt
+from pipeline.sim.server import SimOptions, create_app, free_port
+
+DEFAULTS = SimOptions()
+
+
+@pytest.fixture(scope="module")
+def live_sim():
+    opts = SimOptions()
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(opts), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.02)
+    yield f"http://127.0.0.1:{port}/v1", opts
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture
+def sim(live_sim):
+    """(url, options): the thread's simulator with every fault off and fresh counters."""
+    url, opts = live_sim
+    for f in dataclasses.fields(SimOptions):
+        if f.name != "stats":
+            setattr(opts, f.name, getattr(DEFAULTS, f.name))
+    opts.stats.clear()
+    return url, opts
+
+
+PROFILE = [{"id": "u-p1", "category": "x", "text": "I only have ten minutes a day."}]
+QUESTIONS = ["How do I start running?", "How do I learn chess?", "How do I bake bread?"]
+
+
+def ask_all(url: str, cache_dir: Path, **model) -> tuple[list, LLM]:
+    """The planner and quality-judge calls for three questions; results or exceptions."""
+    cfg = ModelConfig(
+        base_url=url,
+        max_retries=model.pop("max_retries", 12),
+        timeout_s=model.pop("timeout_s", 5.0),
+        backoff_initial_s=0.01,
+        backoff_max_s=0.02,
+        **model,
+    )
+    llm = LLM(cfg, ResponseCache(cache_dir / "cache.sqlite"))
+    planner, judge = load_prompt("planner"), load_prompt("judge_quality")
+
+    async def go():
+        calls = [
+            llm.call(
+                planner,
+                stage="rubrics",
+                model=cfg.generator,
+                variables={"profile": PROFILE, "question": q},
+            )
+            for q in QUESTIONS
+        ] + [
+            llm.call(
+                judge,
+                stage="filters",
+                model=cfg.judge,
+                variables={"question": q, "answer": "Start slowly."},
+            )
+            for q in QUESTIONS
+        ]
+        try:
+            return await asyncio.gather(*calls, return_exceptions=True)
+        finally:
+            await llm.aclose()
+
+    return asyncio.run(go()), llm
+
+
+RETRIED = {  # fault -> (simulator options, the exception kind counted as a retry)
+    "429_retry_after": ({"rate_429": 0.5}, "RateLimitError"),
+    "429_no_retry_after": ({"rate_429": 0.5, "retry_after": ""}, "RateLimitError"),
+    "500": ({"rate_500": 0.5}, "InternalServerError"),
+    "502": ({"rate_502": 0.5}, "InternalServerError"),
+    "503": ({"rate_503": 0.5}, "InternalServerError"),
+    "connection_reset": ({"rate_reset": 0.5}, "APIConnectionError"),
+    "read_timeout": ({"rate_slow": 0.5, "slow_s": 1.0}, "APITimeoutError"),
+    "truncated_body": ({"rate_truncated": 0.5}, "_Unparseable"),
+    "non_json_body": ({"rate_non_json": 0.5}, "_Unparseable"),
+    "wrong_schema": ({"rate_wrong_schema": 0.5}, "_Unparseable"),
+    "garbled_content": ({"rate_malformed": 0.5}, "_Unparseable"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(RETRIED))
+def test_transient_fault_is_retried_to_the_clean_answer(fault, sim, tmp_path):
+    url, opts = sim
+    clean, _ = ask_all(url, tmp_path / "clean")
+    options, kind = RETRIED[fault]
+    for name, value in {"seed": 3, **options}.items():
+        setattr(opts, name, value)
+    got, llm = ask_all(url, tmp_path / "faulty", timeout_s=0.5)
+    assert [r.content for r in got] == [r.content for r in clean]  # same answers in the end
+    retries = sum((u.retries for u in llm.usage.values()), Counter())
+    assert set(retries) == {kind} and retries[kind] > 0, retries
+    assert sum(v for k, v in opts.stats.items() if k.startswith("fault_")) == retries[kind]
+
+
+def test_retry_after_is_honoured_and_its_absence_backs_off(tmp_path):
+    cfg = ModelConfig(backoff_initial_s=7.0, backoff_max_s=20.0)
+    llm = LLM(cfg, ResponseCache(tmp_path / "c.sqlite"))
+
+    def wait_after(headers: dict) -> float:
+        request = httpx.Request("POST", "http://x/v1/chat/completions")
+        response = httpx.Response(429, headers=headers, request=request)
+        exc = openai.RateLimitError("rate limited", response=response, body=None)
+        state = RetryCallState(None, None, (), {})
+        state.attempt_number = 1
+        state.set_exception((type(exc), exc, None))
+        return llm._wait(state)
+
+    assert wait_after({"Retry-After": "3"}) == 3.0
+    assert wait_after({"Retry-After": "0"}) == 0.0
+    assert wait_after({"Retry-After": "600"}) == 20.0  # capped by backoff_max_s
+    assert 0 <= wait_after({}) <= 7.0  # no header: randomised exponential backoff
+
+
+def test_retries_are_bounded_then_the_call_fails_with_its_kind(sim, tmp_path):
+    url, opts = sim
+    opts.rate_503 = 1.0
+    got, llm = ask_all(url, tmp_path, max_retries=2)
+    assert all(isinstance(r, LLMError) and r.kind == "endpoint_error" for r in got)
+    assert opts.stats["requests"] == len(got) * 3  # one try and two retries each, no more
+
+
+def test_content_filter_is_not_retried(sim, tmp_path):
+    url, opts = sim
+    opts.rate_content_filter = 1.0
+    got, llm = ask_all(url, tmp_path)
+    assert all(isinstance(r, LLMError) and r.kind == "content_filter" for r in got)
+    assert opts.stats["requests"] == len(got)
+    assert llm.usage["rubrics"].failures == {"content_filter": 3}
+
+
+@pytest.mark.parametrize("fault", ["401_bad_key", "404_unknown_model"])
+def test_permanent_error_is_not_retried(fault, sim, tmp_path):
+    url, opts = sim
+    extra = {}
+    if fault == "401_bad_key":
+        opts.require_key = "sk-the-right-one"
+    else:
+        extra = {"generator": "no-such-model", "judge": "no-such-model"}
+    got, _ = ask_all(url, tmp_path, **extra)
+    assert all(isinstance(r, PermanentLLMError) for r in got)
+    assert opts.stats["requests"] == len(got)
+    status = "HTTP 401" if fault == "401_bad_key" else "HTTP 404"
+    assert status in str(got[0]) and "sk-the-right-one" not in str(got[0])
+
+
+# --- the same faults inside a whole build --------------------------------------------------
+
+
+def data_files(release: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(release)): p.read_bytes() for p in release.rglob("*.parquet")}
+
+
+def test_faulty_build_releases_the_clean_pairs_and_counts_retries_outside_the_manifest(
+    sim, tmp_path, sim_url
+):
+    url, opts = sim
+    small = {"per_category": 2}
+    clean = build(write_config(tmp_path / "clean", sim_url, personas=small))
+    # not rate_malformed: garbled plain text (chosen/rejected answers) has no schema to fail
+    opts.rate_429 = opts.rate_500 = 0.08
+    for name in ("rate_502", "rate_reset", "rate_truncated", "rate_non_json", "rate_wrong_schema"):
+        setattr(opts, name, 0.05)
+    retry_fast = {"max_retries": 15, "backoff_initial_s": 0.01, "backoff_max_s": 0.02}
+    config = write_config(tmp_path / "faulty", url, personas=small, model=retry_fast)
+    faulty = build(config)
+    assert data_files(Path(faulty["release_dir"])) == data_files(Path(clean["release_dir"]))
+    stats = json.loads((Path(faulty["run_dir"]) / "run_stats.json").read_text())
+    retried = {k for u in stats["usage"].values() for k in u["retries"]}
+    assert {"RateLimitError", "InternalServerError", "_Unparseable"} <= retried
+    manifest = (Path(faulty["release_dir"]) / "manifest.json").read_bytes()
+    assert b"RateLimitError" not in manifest  # run-dependent counts stay out of the manifest
+    before = manifest
+    build(config)  # a rerun: everything cached, byte-identical manifest
+    assert (Path(faulty["release_dir"]) / "manifest.json").read_bytes() == before
+
+
+def test_content_filter_drops_are_counted_in_the_manifest_and_not_asked_again(sim, tmp_path):
+    url, opts = sim
+    opts.rate_content_filter, opts.fault_tasks, opts.seed = 0.5, "planner", 5
+    config = write_config(tmp_path, url, personas={"per_category": 2})
+    first = build(config)
+    refused = opts.stats["fault_content_filter"]
+    assert 0 < refused < 6
+    manifest = json.loads((Path(first["release_dir"]) / "manifest.json").read_text())
+    assert manifest["drop_reasons"]["planner_content_filter"] == refused
+    dropped = (Path(first["run_dir"]) / "dropped.jsonl").read_text().splitlines()
+    assert [json.loads(d)["reason"] for d in dropped] == ["planner_content_filter"] * refused
+    again = build(config)  # resume: the refusals are recorded outcomes, not retried
+    assert sum(u["calls"] for u in again["usage"].values()) == 0
+    assert opts.stats["fault_content_filter"] == refused
+
+
+def test_exhausted_retries_become_recorded_drop_reasons(sim, tmp_path):
+    url, opts = sim
+    opts.rate_503, opts.fault_tasks = 1.0, "judge_blind"
+    model = {"max_retries": 1, "backoff_initial_s": 0.01, "backoff_max_s": 0.02}
+    result = build(write_config(tmp_path, url, personas={"per_category": 2}, model=model))
+    manifest = json.loads((Path(result["release_dir"]) / "manifest.json").read_text())
+    assert manifest["drop_reasons"]["judge_endpoint_error"] == 6
+    filters = (Path(result["run_dir"]) / "filters.jsonl").read_text().splitlines()
+    assert len(filters) == 6
+    assert all("judge_endpoint_error" in json.loads(f)["reasons"] for f in filters)
+    assert opts.stats["fault_503"] == 6 * 2 * 2  # 2 blind calls per pair, 2 tries each
+
+
+def test_unknown_judge_model_stops_the_run_and_keeps_finished_stages(sim, tmp_path):
+    url, opts = sim
+    config = write_config(
+        tmp_path, url, personas={"per_category": 2}, model={"judge": "no-such-model"}
+    )
+    with pytest.raises(PermanentLLMError, match="no-such-model.*HTTP 404"):
+        build(config)
+    run_dir = tmp_path / "outputs" / "demo"
+    assert len((run_dir / "pairs.jsonl").read_text().splitlines()) == 6  # finished work kept
+    assert (run_dir / "filters.jsonl").read_text() == ""  # nothing judged, nothing half-written
+    assert not (run_dir / "dropped.jsonl").read_text()  # and nothing recorded as dropped
+    assert not (run_dir / "release").exists()
+    # stopped at once: no judge call asked more than once (6 pairs x 6 judge calls at most)
+    assert opts.stats["requests"] - opts.stats["answered"] <= 36

@@ -1,0 +1,115 @@
+"""Pair generation on the simulator: one shared content plan, a chosen answer that follows the
+aspects, and rejected answers whose named strategies miss them in visibly different ways."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import statistics
+from pathlib import Path
+
+import pytest
+from conftest import build, write_config
+
+from pipeline import pairs as pairs_stage
+from pipeline.cache import ResponseCache
+from pipeline.config import load_config
+from pipeline.llm import LLM
+from pipeline.records import Pair, RubricRecord
+from pipeline.sim.responder import REGISTERS
+from pipeline.store import StageFile
+
+STRATEGIES = ["ignore_aspects", "wrong_expertise", "wrong_format", "wrong_tone"]
+# the registers each strategy may write its opening in (pipeline/sim/responder.py)
+ALLOWED = {
+    "ignore_aspects": {"generic"},
+    "wrong_expertise": {"technical", "basic"},
+    "wrong_format": {"expansive", "terse"},
+    "wrong_tone": {"formal_register", "chatty", "detached"},
+}
+
+
+def layout(text: str) -> str:
+    lines = text.splitlines()
+    if any(line.startswith("- ") for line in lines):
+        return "bullets"
+    if any(re.match(r"\d+\. ", line) for line in lines):
+        return "steps"
+    return "prose"
+
+
+def opener_registers(text: str) -> set[str]:
+    first = text.splitlines()[0]
+    return {name for name, sentences in REGISTERS.items() for s in sentences if s in first}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, sim_url):
+    tmp = tmp_path_factory.mktemp("pairs")
+    config = write_config(tmp, sim_url, personas={"per_category": 2})
+    return config, build(config)
+
+
+async def make_pairs(cfg, run_dir: Path, rubrics: list[RubricRecord]) -> None:
+    cache = ResponseCache(cfg.cache_path)
+    llm = LLM(cfg.model, cache)
+    try:
+        await pairs_stage.run(cfg, llm, run_dir, rubrics)
+    finally:
+        await llm.aclose()
+        cache.close()
+
+
+@pytest.fixture(scope="module")
+def by_strategy(run, tmp_path_factory):
+    """The same rubrics turned into pairs once per strategy, through the real pairs stage."""
+    config, result = run
+    rubrics = list(StageFile(Path(result["run_dir"]), "rubrics", RubricRecord).read())
+    out: dict[str, dict[str, Pair]] = {}
+    for strategy in STRATEGIES:
+        cfg = load_config(config, generation__strategies=[strategy])
+        run_dir = tmp_path_factory.mktemp(strategy)
+        asyncio.run(make_pairs(cfg, run_dir, rubrics))
+        out[strategy] = {p.task.task_id: p for p in StageFile(run_dir, "pairs", Pair).read()}
+    return out
+
+
+def test_every_pair_records_a_configured_strategy(run):
+    _, result = run
+    made = list(StageFile(Path(result["run_dir"]), "pairs", Pair).read())
+    assert len(made) == 6
+    assert {p.rejected_strategy for p in made} <= set(STRATEGIES)
+    for p in made:
+        assert p.calls.keys() == {"content_plan", "chosen", "rejected"}
+        assert p.prompt_versions["rejected"].startswith("rejected@")
+
+
+def test_both_answers_carry_the_same_key_points(by_strategy):
+    ratios = []
+    for strategy, made in by_strategy.items():
+        assert len(made) == 6
+        for p in made.values():
+            assert p.rejected_strategy == strategy
+            for point in p.key_points:
+                assert point in p.chosen and point in p.rejected, (strategy, point)
+            ratios.append(len(p.rejected.split()) / len(p.chosen.split()))
+            assert len(p.rejected.split()) <= 100 and len(p.chosen.split()) <= 100
+    assert 0.85 <= statistics.median(ratios) <= 1.15
+
+
+def test_strategies_miss_the_user_in_different_ways(by_strategy):
+    task_ids = by_strategy["ignore_aspects"].keys()
+    for task_id in task_ids:
+        rejected = {s: by_strategy[s][task_id].rejected for s in STRATEGIES}
+        assert len(set(rejected.values())) == len(STRATEGIES), task_id
+        chosen = by_strategy["ignore_aspects"][task_id].chosen
+        assert all(by_strategy[s][task_id].chosen == chosen for s in STRATEGIES)
+        for strategy, text in rejected.items():
+            found = opener_registers(text)
+            assert found and found <= ALLOWED[strategy], (strategy, text)
+        # wrong_format always changes the layout the user got in the chosen answer
+        assert layout(rejected["wrong_format"]) != layout(chosen) or layout(chosen) == "prose"
+        aspects = {a.aspect for a in by_strategy["wrong_expertise"][task_id].rubric_aspects}
+        beginner = "Explain in plain language for a beginner and define any term"
+        if beginner in aspects:
+            assert opener_registers(rejected["wrong_expertise"]) == {"technical"}

@@ -1,0 +1,377 @@
+"""The persona library: validation, `prb personas add/stats/validate`, seeded stratified sampling
+and question assignment. Fixtures are small hand-written personas in tmp folders."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import PersonaConfig
+from pipeline.persona_checks import validate
+from pipeline.personas import load_personas, load_questions, load_taxonomy, sample_personas
+from pipeline.questions import assign_questions
+from pipeline.records import CATEGORIES, Persona, Question
+
+REPO = Path(__file__).resolve().parent.parent
+LIBRARY = REPO / "personas" / "library"
+QUESTIONS = REPO / "personas" / "questions"
+TAX = load_taxonomy()
+runner = CliRunner()
+
+
+def persona(pid: str, category: str = "Lifestyle_and_Personal_Development") -> dict:
+    """A valid persona that resembles nothing in the library (texts carry the id)."""
+    texts = [
+        "Night shifts at the depot in Hull mean I cook at odd hours. What keeps well for {p}?",
+        "Tried batch cooking last winter for {p} and binned half of it by Thursday.",
+        "Is a slow cooker worth it when the flat is this small? Asking for {p}.",
+        "Lentils, rice and frozen veg are my staples; how do I stop {p} meals tasting the same?",
+        "My sister says a weekly plan would help {p}, but plans never survive my rota.",
+        "Which spices are worth buying first for {p}, if I only get three?",
+    ]
+    return {
+        "persona_id": pid,
+        "category": category,
+        "name": f"shift worker cooking on a rota ({pid})",
+        "summary": "A depot night-shift worker in Hull who cooks at odd hours on little money.",
+        "profile": [
+            {"id": f"{pid}-p{k}", "category": category, "text": t.format(p=pid)}
+            for k, t in enumerate(texts, 1)
+        ],
+        "preferences": [
+            {
+                "dimension": "constraints",
+                "level": "tight_budget",
+                "statement": "Cheap ingredients only, please.",
+            },
+            {
+                "dimension": "prior_experience",
+                "level": "tried_and_struggled",
+                "statement": "Meal planning has failed for me before.",
+            },
+            {
+                "dimension": "format",
+                "level": "step_by_step",
+                "statement": "Numbered steps suit me best.",
+            },
+            {"dimension": "tone", "level": "casual", "statement": "Talk to me like a mate."},
+            {
+                "dimension": "cultural_context",
+                "level": "european",
+                "statement": "I shop in ordinary UK supermarkets.",
+            },
+        ],
+        "narrative": "Keep it cheap and simple, one step at a time, like a friend would.",
+    }
+
+
+def write_jsonl(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    return path
+
+
+def fixture_records() -> list[dict]:
+    other = persona("zz-002")
+    other["profile"] = [
+        {"id": f"zz-002-p{k}", "category": other["category"], "text": t}
+        for k, t in enumerate(
+            [
+                "Our choir in Recife rehearses Thursdays; how do I warm up my voice properly?",
+                "Professional singer for twenty years, so skip the basics about breathing.",
+                "What's the evidence on steam inhalers for tired vocal cords?",
+                "Bullet points please, I read these between rehearsals.",
+                "Can you compare two vocal-health routines on their trade-offs?",
+            ],
+            1,
+        )
+    ]
+    other["preferences"] = [
+        {"dimension": d, "level": lv, "statement": f"My {d} is {lv}."}
+        for d, lv in [
+            ("expertise", "expert"),
+            ("depth", "in_depth"),
+            ("format", "bulleted_list"),  # contradicts zz-001's step_by_step
+            ("values", "evidence_only"),
+            ("cultural_context", "latin_american"),
+        ]
+    ]
+    return [
+        persona("zz-001"),
+        other,
+        {
+            "question_id": "zz-q1",
+            "category": "Lifestyle_and_Personal_Development",
+            "question": "How do I plan a week of cheap meals?",
+            "asked_by": ["zz-001", "zz-002"],
+        },
+    ]
+
+
+# --- validation: each kind of bad record, with file, line and field -------------------------
+
+
+def _break(records: list[dict], how: str) -> tuple[list[dict], int]:
+    """Mutate a copy of the fixture one way; returns records and the bad record's line."""
+    recs = copy.deepcopy(records)
+    p = recs[0]
+    if how == "duplicate_id":
+        recs[1]["persona_id"] = "zz-001"
+        return recs, 2
+    if how == "empty_text":
+        p["profile"][1]["text"] = "   "
+    elif how == "overlong_text":
+        p["preferences"][0]["statement"] = "Cheap, please. " * 30
+    elif how == "unknown_category":
+        p["category"] = "Sports"
+    elif how == "unknown_item_category":
+        p["profile"][2]["category"] = "Cooking"
+    elif how == "unknown_dimension":
+        p["preferences"][1]["dimension"] = "humour"
+    elif how == "unknown_level":
+        p["preferences"][1]["level"] = "sometimes"
+    elif how == "copies_preference":
+        p["profile"][3]["text"] = "Honestly: numbered steps suit me best. Anyway, what about rice?"
+    elif how == "few_profile_items":
+        p["profile"] = p["profile"][:3]
+    elif how == "missing_field":
+        del p["profile"]
+    elif how == "repeated_dimension":
+        p["preferences"][4] = {"dimension": "tone", "level": "formal", "statement": "Be formal."}
+    elif how == "near_duplicate":
+        twin = copy.deepcopy(p)
+        twin["persona_id"] = "zz-009"
+        for k, item in enumerate(twin["profile"], 1):
+            item["id"] = f"zz-009-p{k}"
+        twin["profile"][0]["text"] = twin["profile"][0]["text"].replace("Hull", "Grimsby")
+        recs.insert(2, twin)
+        return recs, 3
+    elif how == "unknown_asker":
+        recs[2]["asked_by"].append("nobody-7")
+        return recs, 3
+    return recs, 1
+
+
+CASES = [
+    ("duplicate_id", "persona_id", "duplicate persona id 'zz-001'"),
+    ("empty_text", "profile.1.text", "is empty"),
+    ("overlong_text", "preferences.0.statement", "chars (max 200)"),
+    ("unknown_category", "category", "Input should be"),
+    ("unknown_item_category", "profile.2.category", "unknown category 'Cooking'"),
+    ("unknown_dimension", "preferences.1.dimension", "unknown dimension 'humour'"),
+    ("unknown_level", "preferences.1.level", "unknown level 'sometimes' of prior_experience"),
+    ("copies_preference", "profile.3.text", "copies preferences.2.statement nearly verbatim"),
+    ("few_profile_items", "profile", "has 3 items (need 5-12)"),
+    ("missing_field", "profile", "Field required"),
+    ("repeated_dimension", "preferences.4.dimension", "'tone' already stated in preferences.3"),
+    ("near_duplicate", "profile", "near-duplicate of persona 'zz-001'"),
+    ("unknown_asker", "asked_by.2", "unknown persona 'nobody-7'"),
+]
+
+
+@pytest.mark.parametrize("how,field,message", CASES, ids=[c[0] for c in CASES])
+def test_validate_names_file_line_and_field_and_changes_nothing(tmp_path, how, field, message):
+    good = write_jsonl(tmp_path / "good.jsonl", fixture_records())
+    assert validate([good], TAX).issues == []
+    records, line = _break(fixture_records(), how)
+    bad = write_jsonl(tmp_path / "bad.jsonl", records)
+    before = bad.read_bytes()
+    report = validate([bad], TAX)
+    hits = [i for i in report.errors if i.field == field and message in i.message]
+    assert hits, [str(i) for i in report.issues]
+    assert hits[0].where == f"{bad}:{line}"
+    assert f"{bad}:{line}" in str(hits[0]) and field in str(hits[0])
+
+    result = runner.invoke(app, ["personas", "validate", str(bad)])
+    assert result.exit_code == 1
+    assert "invalid" in result.output and "bad.jsonl" in result.output
+    assert bad.read_bytes() == before
+
+
+def test_broken_json_and_yaml_lines_are_reported(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(persona("zz-001")) + "\n{not json\n", encoding="utf-8")
+    report = validate([bad], TAX)
+    assert any(i.where == f"{bad}:2" and "broken JSON" in i.message for i in report.errors)
+    assert len(report.personas) == 1  # the good line is still checked
+
+    import yaml
+
+    recs = fixture_records()
+    recs[1]["preferences"][0]["level"] = "lavish"
+    doc = tmp_path / "bad.yaml"
+    doc.write_text(yaml.safe_dump(recs, sort_keys=False), encoding="utf-8")
+    [issue] = validate([doc], TAX).errors
+    line = doc.read_text().splitlines()[issue_line(issue) - 1]
+    assert "persona_id: zz-002" in line and issue.field == "preferences.0.level"
+
+
+def issue_line(issue) -> int:
+    return int(issue.where.rsplit(":", 1)[1])
+
+
+def test_shipped_library_passes_validate_and_meets_the_issue():
+    result = runner.invoke(app, ["personas", "validate"])
+    assert result.exit_code == 0, result.output
+    assert "0 errors, 0 warnings" in result.output
+    personas = load_personas([LIBRARY])
+    questions = load_questions([QUESTIONS])
+    by_cat = Counter(p.category for p in personas)
+    assert all(by_cat[c] >= 30 for c in CATEGORIES)
+    assert all(len(p.profile) >= 5 for p in personas)
+    assert all(Counter(q.category for q in questions)[c] >= 60 for c in CATEGORIES)
+    # questions asked by several personas whose preferences contradict (validate warns if not)
+    assert sum(len(q.asked_by) > 1 for q in questions) >= 30
+
+
+def test_stats_covers_every_cell_of_the_shipped_library():
+    result = runner.invoke(app, ["personas", "stats", "--strict"], env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    assert "all 27 category × dimension cells covered" in result.output
+    for dim in TAX.dimensions:
+        assert dim in result.output
+
+
+def test_stats_shows_gaps(tmp_path):
+    lib = write_jsonl(tmp_path / "lib.jsonl", fixture_records()[:2])
+    qs = write_jsonl(tmp_path / "qs.jsonl", fixture_records()[2:])
+    args = ["personas", "stats", "--library", str(lib), "--questions", str(qs)]
+    result = runner.invoke(app, [*args, "--strict"], env={"COLUMNS": "160"})
+    assert result.exit_code == 1
+    assert "uncovered" in result.output and "Art_and_Entertainment×expertise" in result.output
+
+
+# --- add ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def library_copy(tmp_path):
+    lib, qs = tmp_path / "library", tmp_path / "questions"
+    shutil.copytree(LIBRARY, lib)
+    shutil.copytree(QUESTIONS, qs)
+    return lib, qs
+
+
+def digest(folder: Path) -> str:
+    return hashlib.sha256(b"".join(p.read_bytes() for p in sorted(folder.iterdir()))).hexdigest()
+
+
+def test_add_appends_to_the_category_files(tmp_path, library_copy):
+    lib, qs = library_copy
+    new = write_jsonl(tmp_path / "new.jsonl", fixture_records())
+    target = lib / "lifestyle_and_personal_development.jsonl"
+    before = target.read_text().splitlines()
+    result = runner.invoke(
+        app, ["personas", "add", str(new), "--library", str(lib), "--questions", str(qs)]
+    )
+    assert result.exit_code == 0, result.output
+    after = target.read_text().splitlines()
+    assert after[: len(before)] == before and len(after) == len(before) + 2
+    assert Persona.model_validate_json(after[-1]).persona_id == "zz-002"
+    added_q = Question.model_validate_json(
+        (qs / "lifestyle_and_personal_development.jsonl").read_text().splitlines()[-1]
+    )
+    assert added_q.question_id == "zz-q1"
+    assert "source" not in json.loads(after[-1])  # library style: defaults left out
+    assert validate([lib, qs], TAX).errors == []
+
+
+@pytest.mark.parametrize("conflict", ["library_id", "near_duplicate_of_library", "bad_level"])
+def test_add_refuses_the_whole_file(tmp_path, library_copy, conflict):
+    lib, qs = library_copy
+    records = fixture_records()
+    shipped = json.loads((LIBRARY / "society_and_culture.jsonl").read_text().splitlines()[0])
+    if conflict == "library_id":
+        records[1]["persona_id"] = shipped["persona_id"]
+    elif conflict == "near_duplicate_of_library":
+        twin = copy.deepcopy(shipped)
+        twin["persona_id"] = "zz-003"
+        for k, item in enumerate(twin["profile"], 1):
+            item["id"] = f"zz-003-p{k}"
+        records.append(twin)
+    else:
+        records[1]["preferences"][0]["level"] = "lavish"
+    new = write_jsonl(tmp_path / "new.jsonl", records)
+    before = digest(lib), digest(qs)
+    result = runner.invoke(
+        app, ["personas", "add", str(new), "--library", str(lib), "--questions", str(qs)]
+    )
+    assert result.exit_code == 1
+    assert "refused" in result.output and "new.jsonl" in result.output
+    assert (digest(lib), digest(qs)) == before  # not even the good records went in
+
+
+# --- sampling and questions --------------------------------------------------------------------
+
+
+def _fixture_pool() -> list[Persona]:
+    """Per category: six novices that agree on everything, two experts."""
+    out = []
+    for c in CATEGORIES:
+        for i in range(8):
+            level = "expert" if i < 2 else "novice"
+            out.append(
+                Persona(
+                    persona_id=f"{c[:2]}-{i}",
+                    category=c,
+                    profile=[{"id": f"{c[:2]}-{i}-p1", "category": c, "text": "hi"}],
+                    preferences=[
+                        {"dimension": "expertise", "level": level, "statement": level},
+                        {"dimension": "tone", "level": "casual", "statement": "casual"},
+                    ],
+                )
+            )
+    return out
+
+
+def test_sampling_is_seeded_and_sized_by_config():
+    library = load_personas([LIBRARY])
+    cfg = PersonaConfig(per_category=5)
+    a = [p.persona_id for p in sample_personas(library, cfg, seed=7)]
+    assert a == [p.persona_id for p in sample_personas(library, cfg, seed=7)]
+    assert len(a) == len(set(a)) == 15
+    samples = {tuple(p.persona_id for p in sample_personas(library, cfg, s)) for s in range(6)}
+    assert len(samples) > 1  # the seed matters
+    one = sample_personas(library, PersonaConfig(per_category=3, categories=[CATEGORIES[1]]), 0)
+    assert {p.category for p in one} == {CATEGORIES[1]} and len(one) == 3
+
+
+def test_sampling_is_stratified_over_levels():
+    pool = _fixture_pool()
+    for seed in range(12):
+        sample = sample_personas(pool, PersonaConfig(per_category=2), seed)
+        for c in CATEGORIES:
+            levels = {p.preferences[0].level for p in sample if p.category == c}
+            # 6 of 8 are novices, yet two draws always hold both contradicting levels
+            assert levels == {"novice", "expert"}, (seed, c)
+
+
+def test_questions_never_repeat_a_persona_question_pair():
+    library = load_personas([LIBRARY])
+    pool = load_questions([QUESTIONS])
+    sample = sample_personas(library, PersonaConfig(per_category=8), seed=3)
+    tasks = assign_questions(sample, pool, per_persona=3, seed=3)
+    assert len(tasks) == 72
+    assert len({(t.persona.persona_id, t.question.lower()) for t in tasks}) == 72
+    assert tasks == assign_questions(sample, pool, per_persona=3, seed=3)
+    own = {(q.question_id, a) for q in pool for a in q.asked_by}
+    for t in tasks:  # a persona asks its own questions first, all of its category
+        assert t.category == t.persona.category
+    first = [t for i, t in enumerate(tasks) if i % 3 == 0]
+    assert all((t.question_id, t.persona.persona_id) in own for t in first)
+
+    p = sample[0]
+    same = [
+        Question(
+            question_id="x1", category=p.category, question="Same words?", asked_by=[p.persona_id]
+        ),
+        Question(question_id="x2", category=p.category, question="  same WORDS?"),
+    ]
+    assert len(assign_questions([p], same, per_persona=5, seed=0)) == 1
