@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
@@ -125,17 +124,35 @@ class RunConfig(Section):
         """One response cache for all runs under outputs_dir: a new run id reuses old calls."""
         return resolve_path(self.outputs_dir) / "cache.sqlite"
 
-    def public_dict(self) -> dict:
-        """The config as written to manifests: the API key is never included."""
-        data = self.model_dump(mode="json")
-        data["model"].pop("api_key", None)
-        return data
+    def recorded(self) -> dict:
+        """The config as manifests record it: no API key, nothing execution-only, so a
+        `--debug` rebuild or a new simulator port gives the same bytes."""
+        return _without(self.model_dump(mode="json"), EXECUTION_ONLY)
 
-    def fingerprint(self) -> str:
-        data = self.public_dict()
-        data.pop("run_id")
-        data.pop("outputs_dir")
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    def resume_inputs(self) -> dict:
+        """What a run's stage files depend on: a resumed run must match these exactly."""
+        return _without(self.recorded(), RECOMPUTED)
+
+
+# Settings that change how a build runs, never what it produces (dotted paths).
+EXECUTION_ONLY = (
+    "run_id", "outputs_dir", "batch", "model.api_key", "model.base_url", "model.concurrency",
+    "model.max_retries", "model.timeout_s", "model.backoff_initial_s", "model.backoff_max_s",
+)  # fmt: skip
+# Sections whose stages are recomputed on every build (verdicts from imported labels, release
+# files, prices): changing them between a run and its resumption mixes nothing.
+RECOMPUTED = ("annotation", "release", "cost")
+
+
+def _without(data: dict, paths: tuple[str, ...]) -> dict:
+    data = json.loads(json.dumps(data))
+    for path in paths:
+        *parents, leaf = path.split(".")
+        node = data
+        for part in parents:
+            node = node.get(part, {})
+        node.pop(leaf, None)
+    return data
 
 
 ENV_OVERRIDES = {

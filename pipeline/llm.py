@@ -13,7 +13,7 @@ import json
 import logging
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import httpx2  # the HTTP library of this openai release
 import openai
@@ -146,6 +146,7 @@ class LLM:
             ),
         )
         self.semaphore = asyncio.Semaphore(concurrency or cfg.concurrency)
+        self._inflight: dict[str, asyncio.Future[CallResult]] = {}  # cache key -> pending call
         self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
         self._backoff = wait_random_exponential(
             multiplier=cfg.backoff_initial_s, max=cfg.backoff_max_s
@@ -188,6 +189,21 @@ class LLM:
                 self.cache.delete(key)  # a schema tightened since: ask again
                 usage.cache_hits -= 1
 
+        pending = self._inflight.get(key)
+        if pending is not None:  # the same request is already on its way: pay for it once
+            usage.cache_hits += 1
+            return replace(await asyncio.shield(pending), cached=True)
+        pending = asyncio.ensure_future(self._request(prompt, stage, model, messages, seed, key))
+        self._inflight[key] = pending
+        pending.add_done_callback(lambda _: self._inflight.pop(key, None))
+        return await asyncio.shield(pending)
+
+    async def _request(
+        self, prompt: Prompt, stage: str, model: str, messages: list[dict], seed: int, key: str
+    ) -> CallResult:
+        """Send one request with retries, parse it and cache the answer."""
+        usage = self.usage[stage]
+
         async def attempt() -> CallResult:
             async with self.semaphore:
                 usage.calls += 1
@@ -211,6 +227,9 @@ class LLM:
             if choice is not None and choice.finish_reason == "content_filter":
                 # the provider refused: asking again gives the same refusal, so no retry
                 raise LLMError("content_filter", f"{prompt.task}: answer withheld by the filter")
+            if choice is not None and choice.finish_reason == "length":
+                # cut off at max_tokens: a text answer would parse but be incomplete; never cache it
+                raise _Unparseable(f"{prompt.task}: answer cut off (finish_reason=length)")
             content = (choice.message.content if choice else None) or ""
             value = parse_output(content, prompt.output)
             self.cache.put(

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +12,7 @@ from pipeline.config import resolve_path
 from pipeline.persona_checks import Report, validate
 from pipeline.personas import PersonaFileError, Taxonomy
 from pipeline.records import CATEGORIES, Persona, Question
+from pipeline.store import atomic_write
 
 
 def library_line(record: Persona | Question) -> str:
@@ -57,24 +57,13 @@ def add_file(file: Path, library: Path, questions: Path, tax: Taxonomy) -> AddRe
 def _append_all(lines: dict[Path, list[str]]) -> None:
     """Write every grown file beside its original first, then swap them in, so a failure part
     way leaves the library as it was."""
-    staged: list[tuple[str, Path]] = []
-    try:
+    # an error in any file unwinds every atomic_write unrenamed; renames happen only at the end
+    with ExitStack() as stack:
         for target, new in lines.items():
             old = target.read_text(encoding="utf-8") if target.exists() else ""
             if old and not old.endswith("\n"):
                 old += "\n"
-            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(old + "\n".join(new) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            staged.append((tmp, target))
-    except BaseException:
-        for tmp, _ in staged:
-            Path(tmp).unlink(missing_ok=True)
-        raise
-    for tmp, target in staged:
-        os.replace(tmp, target)
+            stack.enter_context(atomic_write(target)).write(old + "\n".join(new) + "\n")
 
 
 @dataclass

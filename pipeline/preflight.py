@@ -12,7 +12,7 @@ import logging
 
 from pipeline.config import ConfigError, RunConfig
 from pipeline.lock import RunLock, RunLockedError
-from pipeline.prompts import PromptError, all_prompts
+from pipeline.prompts import BUILD_TASKS, PromptError, all_prompts
 from pipeline.store import (
     FingerprintError,
     StageFileError,
@@ -53,10 +53,10 @@ SAMPLE_VARIABLES: dict[str, dict] = {
 def check_prompts(cfg: RunConfig) -> None:
     """Load every prompt file and render each build task once; raises PromptError."""
     prompts = all_prompts()
-    for task, variables in SAMPLE_VARIABLES.items():
+    for task in BUILD_TASKS:
         if task not in prompts:
             raise PromptError(f"prompts/{task}.yaml: missing (the build needs it)")
-        prompts[task].render(**variables)
+        prompts[task].render(**SAMPLE_VARIABLES[task])
     known = prompts["rejected"].extra.get("strategies", {})
     unknown = sorted(set(cfg.generation.strategies) - set(known))
     if unknown:

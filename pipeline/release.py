@@ -23,9 +23,7 @@ from pipeline.annotation import manifest_block, releasable
 from pipeline.cache import ResponseCache
 from pipeline.card import render_card
 from pipeline.config import RunConfig
-from pipeline.filters import JUDGES
-from pipeline.pairs import TASKS as PAIR_TASKS
-from pipeline.prompts import load_prompt
+from pipeline.prompts import BUILD_TASKS, load_prompt
 from pipeline.records import AnnotationRecord, FilterRecord
 
 FORMAT_VERSION = 1
@@ -82,8 +80,6 @@ FEATURES = datasets.Features(
     }
 )
 datasets.disable_progress_bars()
-# the prompts a build uses; other prompt files (evaluation, persona tools) cannot change a release
-BUILD_PROMPTS = ("planner", *PAIR_TASKS, *JUDGES)
 PACKAGES = (
     "prb",
     "openai",
@@ -95,10 +91,6 @@ PACKAGES = (
     "pydantic",
     "tenacity",
 )
-# settings that change how a build runs, never what it produces; kept out of the manifest so a
-# `--debug` rebuild (concurrency 1) or a new simulator port gives the same bytes
-_EXECUTION_ONLY = ("base_url", "concurrency", "max_retries", "timeout_s", "backoff_initial_s",
-                   "backoff_max_s")  # fmt: skip
 
 
 def to_row(f: FilterRecord, ann: AnnotationRecord) -> dict:
@@ -185,17 +177,6 @@ def token_usage(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> di
     return out
 
 
-def manifest_config(cfg: RunConfig) -> dict:
-    """The config as recorded: no API key (public_dict drops it), no run id or output folder
-    (where a build ran is not what it built) and no execution-only settings."""
-    data = cfg.public_dict()
-    data.pop("run_id")
-    data.pop("outputs_dir")
-    for key in _EXECUTION_ONLY:
-        data["model"].pop(key, None)
-    return data
-
-
 def release_stats(rows: list[dict]) -> dict:
     """Figures about the released rows that the card reports (all derived, all deterministic)."""
 
@@ -236,6 +217,7 @@ def run(
     funnel = {**funnel, "released": len(rows)}
     final = run_dir / "release"
     tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".release-"))
+    tmp.chmod(0o755)  # mkdtemp makes 0700; the release is meant to be shared
     try:
         counts: dict[str, int] = {}
         arrow_bytes: dict[str, int] = {}  # the Hub's `num_bytes`: in-memory Arrow size
@@ -250,7 +232,7 @@ def run(
             ds.to_parquet(str(path))
             arrow_bytes[category] = ds.data.nbytes
             write_jsonl(ds, tmp / jsonl_path(category))
-        config = manifest_config(cfg)
+        config = cfg.recorded()
         manifest = {
             "format_version": FORMAT_VERSION,
             "name": cfg.release.name,
@@ -265,7 +247,7 @@ def run(
             "models": {"generator": cfg.model.generator, "judge": cfg.model.judge},
             "prompts": {
                 t: {"version": p.version, "sha256": p.sha256, "ref": p.ref}
-                for t, p in sorted((t, load_prompt(t)) for t in BUILD_PROMPTS)
+                for t, p in sorted((t, load_prompt(t)) for t in BUILD_TASKS)
             },
             "packages": {name: _version(name) for name in PACKAGES},
             "funnel": [{"stage": k, "count": v} for k, v in funnel.items()],

@@ -34,11 +34,16 @@ def dumps(record: BaseModel) -> str:
     return json.dumps(record.model_dump(mode="json"), ensure_ascii=False, sort_keys=True)
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 @contextmanager
 def atomic_write(path: Path, mode: str = "w"):
     """Write to a temp file beside `path`, fsync, then rename into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
     try:
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
@@ -174,21 +179,6 @@ async def process_stage(
 
 # --- run directory: leftovers and the config fingerprint -----------------------------------
 
-# Settings that change how a run goes, not what it produces: they may differ between a run and
-# its resumption. Everything else in the config, plus every prompt file's hash, is fingerprinted.
-OPERATIONAL = (
-    "run_id",
-    "outputs_dir",
-    "model.base_url",
-    "model.api_key",
-    "model.concurrency",
-    "model.max_retries",
-    "model.timeout_s",
-    "model.backoff_initial_s",
-    "model.backoff_max_s",
-    "batch",
-    "cost",
-)
 FINGERPRINT_FILE = "fingerprint.json"
 
 
@@ -208,15 +198,12 @@ def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
 
 
 def run_fingerprint(cfg) -> dict:
-    """What a run's results depend on: config minus OPERATIONAL, and the prompt hashes."""
-    from pipeline.prompts import all_prompts
+    """What a run's stage files depend on (config.RunConfig.resume_inputs) and the hashes of
+    the build's prompts."""
+    from pipeline.prompts import BUILD_TASKS, load_prompt
 
-    flat = {
-        k: v
-        for k, v in _flatten(cfg.model_dump(mode="json")).items()
-        if not any(k == op or k.startswith(op + ".") for op in OPERATIONAL)
-    }
-    flat.update({f"prompts.{t}": p.sha256 for t, p in all_prompts().items()})
+    flat = _flatten(cfg.resume_inputs())
+    flat.update({f"prompts.{t}": load_prompt(t).sha256 for t in BUILD_TASKS})
     canon = json.dumps(flat, sort_keys=True, ensure_ascii=False)
     return {"fingerprint": hashlib.sha256(canon.encode()).hexdigest()[:16], "inputs": flat}
 

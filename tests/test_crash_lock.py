@@ -69,8 +69,10 @@ def test_changed_settings_refuse_to_resume_unless_forced(tmp_path, sim_url):
     assert "prompts.planner" in saved["inputs"] and "model.judge" in saved["inputs"]
     assert "model.concurrency" not in saved["inputs"]  # operational knobs may change
 
-    # operational knobs do not block a resume
+    # operational knobs do not block a resume, nor do sections every build recomputes
     build(config, model__concurrency=1, model__timeout_s=30.0)
+    gated = build(config, annotation__required=True, release__license="cc-by-sa-4.0")
+    assert gated["funnel"]["released"] == 0  # required, and no labels imported yet
 
     changed = write_config(tmp_path, sim_url, personas=small, filters={"min_quality": 4.5})
     before = (run_dir / "filters.jsonl").read_bytes()

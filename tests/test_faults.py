@@ -261,3 +261,55 @@ def test_unknown_judge_model_stops_the_run_and_keeps_finished_stages(sim, tmp_pa
     assert not (run_dir / "release").exists()
     # stopped at once: no judge call asked more than once (6 pairs x 6 judge calls at most)
     assert opts.stats["requests"] - opts.stats["answered"] <= 36
+
+
+def test_identical_requests_in_flight_are_sent_once(sim, tmp_path):
+    url, opts = sim
+    opts.latency_ms = 200  # keep the first request in flight while the others arrive
+    cfg = ModelConfig(base_url=url)
+    llm = LLM(cfg, ResponseCache(tmp_path / "cache.sqlite"))
+    plan = load_prompt("content_plan")
+
+    async def go():
+        try:
+            return await asyncio.gather(
+                *(
+                    llm.call(plan, stage="pairs", model=cfg.generator, variables={"question": q})
+                    for q in ["How do I start running?"] * 4 + ["How do I learn chess?"]
+                )
+            )
+        finally:
+            await llm.aclose()
+
+    results = asyncio.run(go())
+    assert opts.stats["requests"] == 2
+    assert llm.usage["pairs"].calls == 2 and llm.usage["pairs"].cache_hits == 3
+    assert len({r.content for r in results[:4]}) == 1 and results[4].content != results[0].content
+    assert [r.cached for r in results].count(False) == 2
+
+
+def test_answer_cut_off_at_max_tokens_is_retried_not_cached(sim, tmp_path):
+    """A text answer has no schema to fail: finish_reason=length is what marks it incomplete."""
+    url, opts = sim
+    opts.rate_malformed = 1.0
+    cfg = ModelConfig(base_url=url, max_retries=2, backoff_initial_s=0.0, backoff_max_s=0.0)
+    cache = ResponseCache(tmp_path / "cache.sqlite")
+    llm = LLM(cfg, cache)
+    chosen = load_prompt("chosen")
+    variables = {
+        "question": "How do I start running?",
+        "key_points": ["Start slowly", "Rest days matter"],
+        "aspects": [{"aspect": "Keep it short", "evidence": "[p1]", "reason": "busy"}],
+        "word_budget": 100,
+    }
+
+    async def go():
+        try:
+            return await llm.call(chosen, stage="pairs", model=cfg.generator, variables=variables)
+        finally:
+            await llm.aclose()
+
+    with pytest.raises(LLMError) as err:
+        asyncio.run(go())
+    assert err.value.kind == "unparseable" and "finish_reason=length" in err.value.detail
+    assert opts.stats["requests"] == 3 and cache.count() == 0

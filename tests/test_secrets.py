@@ -50,7 +50,7 @@ def test_api_key_from_a_file_is_used_and_not_shown(tmp_path, monkeypatch):
     monkeypatch.setenv("PRB_API_KEY_FILE", str(key_file))
     cfg = load_config(None)
     assert cfg.model.api_key.get_secret_value() == KEY
-    assert KEY not in repr(cfg) and KEY not in json.dumps(cfg.public_dict())
+    assert KEY not in repr(cfg) and KEY not in json.dumps(cfg.recorded())
     assert KEY not in str(cfg.model)
 
 

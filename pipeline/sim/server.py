@@ -111,9 +111,13 @@ def create_app(opts: SimOptions) -> FastAPI:
             body.get("seed"),
             opts.degrade_rate,
         )
+        finish_reason = "stop"
         if roll < cum[2]:
+            # cut off mid-answer, as a real model hitting max_tokens: broken JSON for planner and
+            # judge tasks, a truncated text for generation (finish_reason says so)
             opts.stats["fault_malformed"] += 1
             content = content[: max(1, len(content) // 2)] + " <<garbled"
+            finish_reason = "length"
         elif roll < cum[3]:
             opts.stats["fault_slow"] += 1
             await asyncio.sleep(opts.slow_s)
@@ -128,7 +132,7 @@ def create_app(opts: SimOptions) -> FastAPI:
             "choices": [
                 {
                     "index": 0,
-                    "finish_reason": "stop",
+                    "finish_reason": finish_reason,
                     "message": {"role": "assistant", "content": content},
                 }
             ],
