@@ -23,6 +23,7 @@ import jinja2
 import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
+from pipeline import filters, pairs, rubrics
 from pipeline.config import FilterConfig, resolve_path
 from pipeline.records import (
     AnnotationRecord,
@@ -33,7 +34,7 @@ from pipeline.records import (
     RubricRecord,
     Task,
 )
-from pipeline.store import StageFile, atomic_write
+from pipeline.store import StageFile, atomic_write, current_drops, latest
 
 LENGTH_BAND = (0.85, 1.15)  # median rejected/chosen word ratio outside this warns
 WORST_N = 10
@@ -77,15 +78,23 @@ def load_run(run_dir: Path) -> RunData:
     def read(stage, model):
         return list(StageFile(run_dir, stage, model).read())
 
+    def current(stage):  # a resumed run's retried record supersedes its earlier line
+        return latest(read(stage.STAGE, stage.OUTPUT), stage.output_id)
+
     manifest_path = run_dir / "release" / "manifest.json"
+    plans, made = current(rubrics), current(pairs)
+    produced = {
+        "rubrics": set(map(rubrics.output_id, plans)),
+        "pairs": set(map(pairs.output_id, made)),
+    }
     return RunData(
         run_dir=run_dir,
         personas=read("personas", Persona),
         tasks=read("questions", Task),
-        rubrics=read("rubrics", RubricRecord),
-        pairs=read("pairs", Pair),
-        filters=read("filters", FilterRecord),
-        dropped=read("dropped", Dropped),
+        rubrics=plans,
+        pairs=made,
+        filters=current(filters),
+        dropped=current_drops(run_dir, produced),
         annotations=read("annotation", AnnotationRecord),
         manifest=json.loads(manifest_path.read_text()) if manifest_path.exists() else {},
     )

@@ -121,28 +121,17 @@ def demo(
     console.print(f"took {time.monotonic() - started:.1f}s")
 
 
-@app.command("sim-server")
-def sim_server(
-    port: int = typer.Option(8000),
-    latency_ms: float = typer.Option(0.0, help="Added latency per request."),
-    rate_429: float = typer.Option(0.0, help="Fraction of requests answered 429."),
-    rate_500: float = typer.Option(0.0, help="Fraction answered 500."),
-    rate_malformed: float = typer.Option(0.0, help="Fraction answered with garbled content."),
-    rate_slow: float = typer.Option(0.0, help="Fraction that hang for --slow-s seconds."),
-    slow_s: float = typer.Option(30.0),
-    degrade_rate: float = typer.Option(0.0, help="Fraction of rejected answers made unhelpful."),
-    seed: int = typer.Option(0),
-):
-    """Serve the OpenAI-compatible simulator on 127.0.0.1."""
-    from pipeline.sim.server import SimOptions, serve
+@app.command(
+    "sim-server",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def sim_server(ctx: typer.Context):
+    """Serve the OpenAI-compatible simulator on 127.0.0.1 (`prb sim-server --help` for the
+    latency and fault options: --port, --latency-ms, --rate-429, --rate-500, ...)."""
+    from pipeline.sim.server import main
 
-    console.print(f"prb simulator on http://127.0.0.1:{port}/v1")
-    serve(
-        port,
-        SimOptions(
-            latency_ms, rate_429, rate_500, rate_malformed, rate_slow, slow_s, degrade_rate, seed
-        ),
-    )
+    main(ctx.args)  # one option parser for the simulator, shared with `python -m pipeline.sim`
 
 
 annotate_app = typer.Typer(help="Human annotation: export batches, import labels, status.")

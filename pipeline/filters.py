@@ -24,10 +24,24 @@ from pipeline.config import FilterConfig, RunConfig
 from pipeline.llm import LLM, CallResult, LLMError, PermanentLLMError
 from pipeline.prompts import load_prompt
 from pipeline.records import BlindCheck, FilterRecord, Pair, PairChecks, QualityScores
-from pipeline.store import StageFile, process_stage
+from pipeline.store import StageFile, is_transient, process_stage
 
 STAGE = "filters"
+OUTPUT = FilterRecord
 JUDGES = ("judge_quality", "judge_adherence", "judge_blind")
+
+
+def input_id(pair: Pair) -> str:
+    return pair.pair_id
+
+
+def output_id(record: FilterRecord) -> str:
+    return record.pair.pair_id
+
+
+def unsettled(record: FilterRecord) -> bool:
+    """A judge call that ran out of retries on a flaky endpoint: judge the pair again on resume."""
+    return any(is_transient(r) for r in record.reasons)
 
 
 def words(text: str) -> int:
@@ -185,9 +199,10 @@ async def run(cfg: RunConfig, llm: LLM, run_dir: Path, pairs: list[Pair]) -> dic
     return await process_stage(
         STAGE,
         pairs,
-        input_id=lambda p: p.pair_id,
-        out=StageFile(run_dir, STAGE, FilterRecord),
-        output_id=lambda r: r.pair.pair_id,
+        input_id=input_id,
+        out=StageFile(run_dir, STAGE, OUTPUT),
+        output_id=output_id,
         run_dir=run_dir,
         fn=check,
+        unsettled=unsettled,
     )

@@ -22,7 +22,7 @@ from pipeline.config import RunConfig, load_config
 from pipeline.llm import LLM
 from pipeline.preflight import open_run
 from pipeline.records import FilterRecord, Pair, Persona, RubricRecord, Task
-from pipeline.store import StageFile, atomic_write, dropped_file
+from pipeline.store import StageFile, atomic_write, current_drops, latest
 
 STAGES = ("personas", "questions", "rubrics", "pairs", "filters", "annotation", "release")
 
@@ -43,32 +43,29 @@ def questions_task(cfg: RunConfig, run_dir: Path, sample: list[Persona]) -> list
     return tasks
 
 
+def stage_outputs(stage, run_dir: Path, inputs: list) -> list:
+    """The stage file's latest record for each of `inputs` (a record and its input share an id)."""
+    wanted = {stage.input_id(x) for x in inputs}
+    records = StageFile(run_dir, stage.STAGE, stage.OUTPUT).read()
+    return [r for r in latest(records, stage.output_id) if stage.output_id(r) in wanted]
+
+
 @task(name="rubrics", cache_policy=NO_CACHE)
 async def rubrics_task(cfg: RunConfig, llm: LLM, run_dir: Path, tasks: list[Task]):
-    counts = await rubrics.run(cfg, llm, run_dir, tasks)
-    get_run_logger().info("rubrics: %s", counts)
-    wanted = {t.task_id for t in tasks}
-    return [
-        r for r in StageFile(run_dir, "rubrics", RubricRecord).read() if r.task.task_id in wanted
-    ]
+    get_run_logger().info("rubrics: %s", await rubrics.run(cfg, llm, run_dir, tasks))
+    return stage_outputs(rubrics, run_dir, tasks)
 
 
 @task(name="pairs", cache_policy=NO_CACHE)
 async def pairs_task(cfg: RunConfig, llm: LLM, run_dir: Path, plans: list[RubricRecord]):
-    counts = await pairs.run(cfg, llm, run_dir, plans)
-    get_run_logger().info("pairs: %s", counts)
-    wanted = {r.task.task_id for r in plans}
-    return [p for p in StageFile(run_dir, "pairs", Pair).read() if p.task.task_id in wanted]
+    get_run_logger().info("pairs: %s", await pairs.run(cfg, llm, run_dir, plans))
+    return stage_outputs(pairs, run_dir, plans)
 
 
 @task(name="filters", cache_policy=NO_CACHE)
 async def filters_task(cfg: RunConfig, llm: LLM, run_dir: Path, made: list[Pair]):
-    counts = await filters.run(cfg, llm, run_dir, made)
-    get_run_logger().info("filters: %s", counts)
-    wanted = {p.pair_id for p in made}
-    return [
-        f for f in StageFile(run_dir, "filters", FilterRecord).read() if f.pair.pair_id in wanted
-    ]
+    get_run_logger().info("filters: %s", await filters.run(cfg, llm, run_dir, made))
+    return stage_outputs(filters, run_dir, made)
 
 
 @task(name="annotation", cache_policy=NO_CACHE)
@@ -135,7 +132,11 @@ async def build(
             "filters_kept": sum(f.kept for f in filtered),
             "annotation_passed": sum(annotation.releasable(cfg, v) for v in verdicts),
         }
-        reasons: Counter[str] = Counter(d.reason for d in dropped_file(run_dir).read())
+        produced = {
+            "rubrics": {rubrics.output_id(r) for r in plans},
+            "pairs": {pairs.output_id(p) for p in made},
+        }
+        reasons: Counter[str] = Counter(d.reason for d in current_drops(run_dir, produced))
         reasons.update(r for f in filtered for r in f.reasons)
         keys = {
             "rubrics": [k for r in plans for k in r.calls.values()],

@@ -13,7 +13,16 @@ from pipeline.records import Dropped, Pair, RubricRecord, stable_id
 from pipeline.store import StageFile, process_stage
 
 STAGE = "pairs"
+OUTPUT = Pair
 TASKS = ("content_plan", "chosen", "rejected")
+
+
+def input_id(record: RubricRecord) -> str:
+    return record.task.task_id
+
+
+def output_id(pair: Pair) -> str:
+    return pair.task.task_id
 
 
 def pick_strategy(task_id: str, strategies: list[str], seed: int) -> str:
@@ -87,9 +96,9 @@ async def run(cfg: RunConfig, llm: LLM, run_dir: Path, rubrics: list[RubricRecor
     return await process_stage(
         STAGE,
         rubrics,
-        input_id=lambda r: r.task.task_id,
-        out=StageFile(run_dir, STAGE, Pair),
-        output_id=lambda p: p.task.task_id,
+        input_id=input_id,
+        out=StageFile(run_dir, STAGE, OUTPUT),
+        output_id=output_id,
         run_dir=run_dir,
         fn=generate,
     )

@@ -17,6 +17,16 @@ from pipeline.records import Dropped, RubricAspect, RubricRecord, Task
 from pipeline.store import StageFile, process_stage
 
 STAGE = "rubrics"
+OUTPUT = RubricRecord
+
+
+def input_id(task: Task) -> str:
+    return task.task_id
+
+
+def output_id(record: RubricRecord) -> str:
+    return record.task.task_id
+
 CITED_ID = re.compile(r"\[([^\[\]]+)\]")
 QUOTE = re.compile(r"['\"‘“]([^'\"’”]{12,})['\"’”]")
 MIN_QUOTE = 12  # characters of a quote that must occur verbatim in a profile item
@@ -75,9 +85,9 @@ async def run(cfg: RunConfig, llm: LLM, run_dir: Path, tasks: list[Task]) -> dic
     return await process_stage(
         STAGE,
         tasks,
-        input_id=lambda t: t.task_id,
-        out=StageFile(run_dir, STAGE, RubricRecord),
-        output_id=lambda r: r.task.task_id,
+        input_id=input_id,
+        out=StageFile(run_dir, STAGE, OUTPUT),
+        output_id=output_id,
         run_dir=run_dir,
         fn=plan,
     )

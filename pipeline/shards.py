@@ -26,24 +26,21 @@ from pipeline import filters, pairs, rubrics
 from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig
 from pipeline.llm import LLM
-from pipeline.records import FilterRecord, Pair, RubricRecord, stable_id
-from pipeline.store import StageFile, dropped_file
+from pipeline.records import stable_id
+from pipeline.store import StageFile, dropped_file, settled_ids
 
-STAGES = {  # stage -> (run function, output model, output id, persona of an input)
-    "rubrics": (rubrics.run, RubricRecord, lambda r: r.task.task_id, lambda t: t.persona),
-    "pairs": (pairs.run, Pair, lambda p: p.task.task_id, lambda r: r.task.persona),
-    "filters": (filters.run, FilterRecord, lambda f: f.pair.pair_id, lambda p: p.task.persona),
-}
-INPUT_ID = {
-    "rubrics": lambda t: t.task_id,
-    "pairs": lambda r: r.task.task_id,
-    "filters": lambda p: p.pair_id,
-}
+STAGES = {m.STAGE: m for m in (rubrics, pairs, filters)}
+
+
+def persona_of(record) -> str:
+    """The persona of a stage input: a Task has it, every later record carries its Task."""
+    task = getattr(record, "task", record)
+    return task.persona.persona_id
 
 
 @task(name="shard", cache_policy=NO_CACHE)
 async def run_shard(stage: str, cfg: RunConfig, shard_dir: str, inputs: list) -> dict:
-    fn = STAGES[stage][0]
+    fn = STAGES[stage].run
     cache = ResponseCache(cfg.cache_path)
     llm = LLM(cfg.model, cache)
     try:
@@ -56,38 +53,36 @@ async def run_shard(stage: str, cfg: RunConfig, shard_dir: str, inputs: list) ->
 
 def merge(stage: str, run_dir: Path) -> None:
     """Append every shard's records (and drops) to the run's files, then remove the shards."""
-    _, model, output_id, _ = STAGES[stage]
-    out, drops = StageFile(run_dir, stage, model), dropped_file(run_dir)
-    done = {output_id(r) for r in out.read()}
-    dropped = {d.id for d in drops.read() if d.stage == stage}
+    mod = STAGES[stage]
+    out, drops = StageFile(run_dir, stage, mod.OUTPUT), dropped_file(run_dir)
+    done = settled_ids(stage, out, mod.output_id, run_dir, getattr(mod, "unsettled", None))
     root = run_dir / "shards" / stage
     for shard in sorted(root.glob("*")) if root.exists() else []:
+        # a shard's lines supersede earlier unsettled ones, as a resumed stage's do
         with out.appender() as append:
-            for r in StageFile(shard, stage, model).read():
-                if output_id(r) not in done and output_id(r) not in dropped:
+            for r in StageFile(shard, stage, mod.OUTPUT).read():
+                if mod.output_id(r) not in done:
                     append(r)
-                    done.add(output_id(r))
         with drops.appender() as append:
             for d in dropped_file(shard).read():
-                if d.stage == stage and d.id not in dropped:
+                if d.stage == stage and d.id not in done:
                     append(d)
-                    dropped.add(d.id)
         shutil.rmtree(shard)
 
 
 async def run_sharded(stage: str, cfg: RunConfig, llm: LLM, run_dir: Path, inputs: list, n: int):
     """Run `stage` over `inputs` as `n` shard tasks on the current flow's task runner."""
     merge(stage, run_dir)  # shards left by an interrupted run count as done
-    _, model, output_id, persona = STAGES[stage]
-    done = {output_id(r) for r in StageFile(run_dir, stage, model).read()}
-    done |= {d.id for d in dropped_file(run_dir).read() if d.stage == stage}
+    mod = STAGES[stage]
+    out = StageFile(run_dir, stage, mod.OUTPUT)
+    done = settled_ids(stage, out, mod.output_id, run_dir, getattr(mod, "unsettled", None))
     groups: dict[int, list] = {}
     for x in inputs:  # a shard gets all of its personas' records, as filters needs them
-        groups.setdefault(int(stable_id(persona(x).persona_id), 16) % n, []).append(x)
+        groups.setdefault(int(stable_id(persona_of(x)), 16) % n, []).append(x)
     futures = [
         run_shard.submit(stage, cfg, str(run_dir / "shards" / stage / f"{k:03d}"), group)
         for k, group in sorted(groups.items())
-        if any(INPUT_ID[stage](x) not in done for x in group)
+        if any(mod.input_id(x) not in done for x in group)
     ]
     for future in futures:
         usage = await asyncio.to_thread(future.result)

@@ -92,14 +92,10 @@ def collect(pair_id: str, run: str | None = None) -> dict:
         ),
         None,
     )
-    verdict = next(
-        (
-            f
-            for f in StageFile(run_dir, "filters", FilterRecord).read()
-            if f.pair.pair_id == pair_id
-        ),
-        None,
-    )
+    verdicts = [
+        f for f in StageFile(run_dir, "filters", FilterRecord).read() if f.pair.pair_id == pair_id
+    ]
+    verdict = verdicts[-1] if verdicts else None  # a retried pair's last verdict counts
     cache_path = run_dir.parent / "cache.sqlite"  # RunConfig.cache_path: outputs_dir/cache.sqlite
     cache = ResponseCache(cache_path) if cache_path.exists() else None
     keys = {**(rubric.calls if rubric else {}), **pair.calls, **(verdict.calls if verdict else {})}

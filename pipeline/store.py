@@ -130,6 +130,34 @@ def dropped_file(run_dir: Path) -> StageFile:
     return StageFile(run_dir, "dropped", Dropped)
 
 
+def is_transient(reason: str) -> bool:
+    """Retries ran out on a flaky endpoint (429/5xx/timeouts): a resumed run asks again instead
+    of keeping the drop. Every other reason is settled once written."""
+    return reason.endswith("endpoint_error")
+
+
+def latest(records: Iterable[M], key) -> list[M]:
+    """The last record written for each key: a retried record supersedes its earlier line."""
+    by_key: dict = {}
+    for r in records:
+        by_key[key(r)] = r
+    return list(by_key.values())
+
+
+def settled_ids(stage: str, out: StageFile, output_id, run_dir: Path, unsettled=None) -> set:
+    """Ids the stage need not process again: written as output (unless `unsettled` says the
+    output itself records a transient failure) or dropped for a lasting reason."""
+    done = {output_id(r) for r in latest(out.read(), output_id) if not (unsettled and unsettled(r))}
+    drops = latest(dropped_file(run_dir).read(), lambda d: (d.stage, d.id))
+    return done | {d.id for d in drops if d.stage == stage and not is_transient(d.reason)}
+
+
+def current_drops(run_dir: Path, produced: dict[str, set]) -> list[Dropped]:
+    """Each record's latest drop, unless a resumed run has since produced it."""
+    drops = latest(dropped_file(run_dir).read(), lambda d: (d.stage, d.id))
+    return [d for d in drops if d.id not in produced.get(d.stage, ())]
+
+
 async def process_stage(
     stage: str,
     inputs: Iterable,
@@ -139,17 +167,18 @@ async def process_stage(
     output_id,
     run_dir: Path,
     fn,
+    unsettled=None,
 ) -> dict[str, int]:
-    """Run async `fn` over the inputs not yet done, appending each result as it completes.
+    """Run async `fn` over the inputs not yet settled, appending each result as it completes.
 
     `fn` returns an output record or a `Dropped`; either way the record is written down, so a
-    resumed run neither redoes nor loses it. A permanent error propagates and cancels the rest.
+    resumed run neither redoes nor loses it (transient failures excepted: they are asked again,
+    and the new line supersedes the old). A permanent error propagates and cancels the rest.
     """
     import asyncio
 
     drops = dropped_file(run_dir)
-    done = {output_id(r) for r in out.read()}
-    done |= {d.id for d in drops.read() if d.stage == stage}
+    done = settled_ids(stage, out, output_id, run_dir, unsettled)
     todo = [x for x in inputs if input_id(x) not in done]
     counts = {"done_before": len(done), "new": 0, "dropped": 0}
     with out.appender() as append, drops.appender() as append_drop:

@@ -140,3 +140,31 @@ def test_changed_prompt_invalidates_only_its_task(tmp_path, sim_url, monkeypatch
     assert calls["filters"] == 2 * 6
     cache = ResponseCache(Path(again["run_dir"]).parent / "cache.sqlite")
     assert cache.count("judge_quality") == 4 * 6
+
+
+def test_prb_sim_server_serves_the_openai_api_with_its_options(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from pipeline.sim.server import free_port
+
+    port = free_port()
+    prb = Path(sys.executable).parent / "prb"
+    proc = subprocess.Popen([str(prb), "sim-server", "--port", str(port), "--rate-500", "1.0"])
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(150):
+            try:
+                models = httpx.get(f"{base}/v1/models", timeout=1).json()
+                break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        assert [m["id"] for m in models["data"]] == ["prb-sim-1"]
+        body = {"model": "prb-sim-1", "messages": [{"role": "user", "content": "hi"}]}
+        assert httpx.post(f"{base}/v1/chat/completions", json=body).status_code == 500
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -58,9 +58,10 @@ def sim(live_sim):
     """(url, options): the thread's simulator with every fault off and fresh counters."""
     url, opts = live_sim
     for f in dataclasses.fields(SimOptions):
-        if f.name != "stats":
+        if f.name not in ("stats", "attempts"):
             setattr(opts, f.name, getattr(DEFAULTS, f.name))
     opts.stats.clear()
+    opts.attempts.clear()  # faults are drawn per request and attempt: start every test afresh
     return url, opts
 
 
@@ -200,9 +201,9 @@ def test_faulty_build_releases_the_clean_pairs_and_counts_retries_outside_the_ma
     url, opts = sim
     small = {"per_category": 2}
     clean = build(write_config(tmp_path / "clean", sim_url, personas=small))
-    # not rate_malformed: garbled plain text (chosen/rejected answers) has no schema to fail
     opts.rate_429 = opts.rate_500 = 0.08
-    for name in ("rate_502", "rate_reset", "rate_truncated", "rate_non_json", "rate_wrong_schema"):
+    for name in ("rate_502", "rate_reset", "rate_truncated", "rate_non_json", "rate_wrong_schema",
+                 "rate_malformed"):  # fmt: skip
         setattr(opts, name, 0.05)
     retry_fast = {"max_retries": 15, "backoff_initial_s": 0.01, "backoff_max_s": 0.02}
     config = write_config(tmp_path / "faulty", url, personas=small, model=retry_fast)
@@ -313,3 +314,29 @@ def test_answer_cut_off_at_max_tokens_is_retried_not_cached(sim, tmp_path):
         asyncio.run(go())
     assert err.value.kind == "unparseable" and "finish_reason=length" in err.value.detail
     assert opts.stats["requests"] == 3 and cache.count() == 0
+
+
+@pytest.mark.parametrize("task", ["planner", "judge_blind"])
+def test_resume_asks_again_what_a_flaky_endpoint_left_undone(task, sim, tmp_path, sim_url):
+    """Drops for exhausted retries are not final: once the endpoint recovers, resuming the run
+    gives exactly the release of a run that never saw the outage."""
+    url, opts = sim
+    small = {"per_category": 2}
+    clean = build(write_config(tmp_path / "clean", sim_url, personas=small))
+    opts.rate_503, opts.fault_tasks = 1.0, task
+    model = {"max_retries": 1, "backoff_initial_s": 0.01, "backoff_max_s": 0.02}
+    config = write_config(tmp_path / "flaky", url, personas=small, model=model)
+    outage = build(config)
+    reason = "planner_endpoint_error" if task == "planner" else "judge_endpoint_error"
+    manifest = json.loads((Path(outage["release_dir"]) / "manifest.json").read_text())
+    assert manifest["drop_reasons"][reason] == 6
+
+    opts.rate_503 = 0.0  # the endpoint recovers
+    resumed = build(config)
+    assert resumed["usage"][{"planner": "rubrics"}.get(task, "filters")]["calls"] > 0
+    assert data_files(Path(resumed["release_dir"])) == data_files(Path(clean["release_dir"]))
+    manifest = json.loads((Path(resumed["release_dir"]) / "manifest.json").read_text())
+    assert reason not in manifest["drop_reasons"]
+    assert resumed["funnel"] == clean["funnel"]
+    again = build(config)  # settled now: nothing left to ask
+    assert sum(u["calls"] for u in again["usage"].values()) == 0

@@ -33,7 +33,7 @@ from pipeline.annotation.layout import (
 )
 from pipeline.config import REPO_ROOT, AnnotationConfig
 from pipeline.records import AnnotationKey, AnnotationKeyItem, FilterRecord, Pair
-from pipeline.store import StageFile
+from pipeline.store import StageFile, latest
 
 CONFIG_FILES = ("GUIDELINES.md", "label_studio.xml", "argilla_settings.json")
 
@@ -54,7 +54,8 @@ def kept_pairs(run_dir: Path) -> list[Pair]:
     filters = StageFile(run_dir, "filters", FilterRecord)
     if not filters.exists():
         raise AnnotationError(f"{filters.path}: no filters stage file; build the run first")
-    pairs = sorted((f.pair for f in filters.read() if f.kept), key=lambda p: p.pair_id)
+    current = latest(filters.read(), lambda f: f.pair.pair_id)  # a retried pair's last verdict
+    pairs = sorted((f.pair for f in current if f.kept), key=lambda p: p.pair_id)
     if not pairs:
         raise AnnotationError(f"{filters.path}: no kept pairs to annotate")
     return pairs

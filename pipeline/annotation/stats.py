@@ -18,9 +18,7 @@ import warnings
 from collections import Counter, defaultdict
 from statistics import mean
 
-import krippendorff
 import numpy as np
-from statsmodels.stats.inter_rater import fleiss_kappa
 
 from pipeline.config import AnnotationConfig
 from pipeline.records import AnnotationKey, AnnotationLabel, AnnotationRecord
@@ -120,6 +118,8 @@ def _alpha(data: np.ndarray, level: str) -> float | None:
     if data.shape[1] < 1:
         return None
     try:
+        import krippendorff  # imported here: every `prb` start would pay for it otherwise
+
         return _r(krippendorff.alpha(reliability_data=data, level_of_measurement=level))
     except ValueError:  # e.g. one value in the whole domain: alpha is undefined
         return None
@@ -130,6 +130,8 @@ def _fleiss(table: np.ndarray) -> float | None:
         return None
     with warnings.catch_warnings(), np.errstate(divide="ignore", invalid="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
+        from statsmodels.stats.inter_rater import fleiss_kappa
+
         return _r(fleiss_kappa(table, method="fleiss"))
 
 

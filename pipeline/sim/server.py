@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
+import json
 import random
 import socket
 import subprocess
@@ -49,13 +51,13 @@ class SimOptions:
     rate_wrong_schema: float = 0.0
     rate_content_filter: float = 0.0
     require_key: str = ""  # answer 401 unless this key is sent
+    attempts: Counter = field(default_factory=Counter)  # request digest -> times seen
     stats: Counter = field(default_factory=Counter)
 
 
 def create_app(opts: SimOptions) -> FastAPI:
     app = FastAPI(title="prb simulator")
     app.include_router(batches.make_router(opts, MODELS))  # /v1/files, /v1/batches
-    faults = random.Random(opts.seed)
 
     @app.get("/v1/models")
     async def models():
@@ -74,6 +76,11 @@ def create_app(opts: SimOptions) -> FastAPI:
         opts.stats["requests"] += 1
         if opts.latency_ms:
             await asyncio.sleep(opts.latency_ms / 1000)
+        # faults are drawn per request and attempt, not from one shared stream: the same
+        # request meets the same faults whatever else is in flight, and a retry draws anew
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        opts.attempts[digest] += 1
+        faults = random.Random(f"{opts.seed}:{digest}:{opts.attempts[digest]}")
         roll = faults.random()
         hit = {t for t in opts.fault_tasks.split(",") if t}
         if hit and request.headers.get("x-prb-task") not in hit:
@@ -212,11 +219,12 @@ def running(port: int | None = None, startup_timeout: float = 30.0, **options):
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="prb-sim", description=__doc__)
+    ap = argparse.ArgumentParser(prog="prb sim-server", description=__doc__)
     ap.add_argument("--port", type=int, default=8000)
     defaults = SimOptions()
     for name, flag in OPTION_FLAGS.items():
         ap.add_argument(flag, type=type(getattr(defaults, name)), default=getattr(defaults, name))
     args = ap.parse_args(argv)
     opts = SimOptions(**{name: getattr(args, name) for name in OPTION_FLAGS})
+    print(f"prb simulator on http://127.0.0.1:{args.port}/v1", flush=True)
     serve(args.port, opts)
