@@ -467,7 +467,7 @@ def _print_frame(df, title: str) -> None:
     (console if console.is_terminal else Console(width=160)).print(table)
 
 
-from pipeline.persona_cli import app as personas_app  # noqa: E402  (light: typer + rich only)
+from pipeline.personas.cli import app as personas_app  # noqa: E402  (light: typer + rich only)
 
 app.add_typer(personas_app, name="personas")
 

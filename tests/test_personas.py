@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import PersonaConfig
-from pipeline.persona_checks import validate
 from pipeline.personas import load_personas, load_questions, load_taxonomy, sample_personas
+from pipeline.personas.checks import validate
 from pipeline.questions import assign_questions
 from pipeline.records import CATEGORIES, Persona, Question
 

@@ -10,8 +10,8 @@ import datasets
 import pytest
 from conftest import build, write_config
 
-from pipeline.persona_import import load_external
 from pipeline.personas import PersonaFileError
+from pipeline.personas.importer import load_external
 from pipeline.records import CATEGORIES, Persona, Task
 
 

@@ -173,7 +173,7 @@ def source_personas(cfg: PersonaConfig) -> list[Persona]:
     """The persona pool for a build: the library, or an imported LaMP-QA/PRB-style source."""
     if cfg.source == "library":
         return load_personas(cfg.library)
-    from pipeline.persona_import import load_external
+    from pipeline.personas.importer import load_external
 
     return load_external(cfg.source)[0]
 
@@ -181,7 +181,7 @@ def source_personas(cfg: PersonaConfig) -> list[Persona]:
 def source_questions(cfg: PersonaConfig) -> list[Question]:
     if cfg.source == "library":
         return load_questions(cfg.questions)
-    from pipeline.persona_import import load_external
+    from pipeline.personas.importer import load_external
 
     return load_external(cfg.source)[1]
 

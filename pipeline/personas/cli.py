@@ -45,8 +45,8 @@ def validate(
 
     Every problem is listed with file:line, record id and field. Nothing is changed.
     """
-    from pipeline import persona_checks
     from pipeline.personas import PersonaFileError, load_taxonomy
+    from pipeline.personas import checks as persona_checks
 
     try:
         targets = [p.resolve() for p in paths or [LIBRARY, QUESTIONS]]
@@ -75,8 +75,8 @@ def add(
 
     Records go to the library file of their category. Any error refuses the whole file.
     """
-    from pipeline.persona_library import add_file
     from pipeline.personas import PersonaFileError, load_taxonomy
+    from pipeline.personas.library import add_file
 
     try:
         result = add_file(
@@ -103,8 +103,8 @@ def stats(
     strict: bool = typer.Option(False, help="Exit 1 if any category × dimension cell is empty."),
 ):
     """Coverage table: personas per category × preference dimension (levels covered/levels)."""
-    from pipeline.persona_library import coverage
     from pipeline.personas import PersonaFileError, load_personas, load_questions, load_taxonomy
+    from pipeline.personas.library import coverage
     from pipeline.records import CATEGORIES
 
     try:
@@ -157,8 +157,8 @@ def expand(
     outputs/persona_candidates/, never into the library.
     """
     from pipeline.config import load_config
-    from pipeline.persona_expand import expand as run_expand
     from pipeline.personas import PersonaFileError
+    from pipeline.personas.expand import expand as run_expand
 
     try:
         cfg = load_config(config, model__base_url=base_url)

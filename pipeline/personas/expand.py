@@ -17,8 +17,8 @@ from pathlib import Path
 from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig, resolve_path
 from pipeline.llm import LLM, LLMError
-from pipeline.persona_checks import Entry, cross_issues, parse_paths, persona_issues
 from pipeline.personas import PersonaFileError, Taxonomy, load_taxonomy
+from pipeline.personas.checks import Entry, cross_issues, parse_paths, persona_issues
 from pipeline.prompts import load_prompt
 from pipeline.records import CATEGORIES, Persona, PersonaDraft, ProfileItem, stable_id
 from pipeline.store import atomic_write

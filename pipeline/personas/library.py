@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import resolve_path
-from pipeline.persona_checks import Report, validate
 from pipeline.personas import PersonaFileError, Taxonomy
+from pipeline.personas.checks import Report, validate
 from pipeline.records import CATEGORIES, Persona, Question
 from pipeline.store import atomic_write
 
