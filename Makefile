@@ -11,7 +11,6 @@ export HF_HUB_OFFLINE := 1
 
 $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c requirements.lock -e ".[dev,hf]"
 	touch $(STAMP)
 

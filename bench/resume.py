@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import httpx
 import yaml
+from _prefect import isolate, prefect_server  # bench/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -78,61 +78,46 @@ def main() -> None:
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="prb-bench-resume-"))
-    os.environ.update(
-        PREFECT_HOME=str(tmp / "prefect"),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        DO_NOT_TRACK="1",
-        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180",
-    )
-    (tmp / "prefect").mkdir()
-
-    from prefect.server.api.server import SubprocessASGIServer
-
+    isolate(tmp)
     from pipeline.sim.server import running
 
-    server = SubprocessASGIServer()
-    server.start()
-    os.environ["PREFECT_API_URL"] = server.api_url
-    try:
-        with running(latency_ms=args.latency_ms) as url:
-            config = write_config(tmp / "full", url, args.per_category)
-            first = build(config)
-            unique = cached(config)  # distinct requests; concurrent duplicates are sent twice
-            repeat = build(config)
-            print(
-                f"first run: {first['calls']} calls, flow {first['flow_s']:.1f}s, "
-                f"process {first['process_s']:.1f}s"
-            )
-            flow_pct = 100 * repeat["flow_s"] / first["flow_s"]
-            proc_pct = 100 * repeat["process_s"] / first["process_s"]
-            print(
-                f"repeat:    {repeat['calls']} calls, flow {repeat['flow_s']:.2f}s "
-                f"({flow_pct:.1f}% of first), process {repeat['process_s']:.1f}s ({proc_pct:.1f}%)"
-            )
+    with prefect_server(), running(latency_ms=args.latency_ms) as url:
+        config = write_config(tmp / "full", url, args.per_category)
+        first = build(config)
+        unique = cached(config)  # distinct requests; concurrent duplicates are sent twice
+        repeat = build(config)
+        print(
+            f"first run: {first['calls']} calls, flow {first['flow_s']:.1f}s, "
+            f"process {first['process_s']:.1f}s"
+        )
+        flow_pct = 100 * repeat["flow_s"] / first["flow_s"]
+        proc_pct = 100 * repeat["process_s"] / first["process_s"]
+        print(
+            f"repeat:    {repeat['calls']} calls, flow {repeat['flow_s']:.2f}s "
+            f"({flow_pct:.1f}% of first), process {repeat['process_s']:.1f}s ({proc_pct:.1f}%)"
+        )
 
-            config = write_config(tmp / "killed", url, args.per_category)
-            before = sim_requests(url)
-            proc = start_build(config)
-            while sim_requests(url) - before < first["calls"] // 2:
-                time.sleep(0.05)
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            sent = sim_requests(url) - before
-            done = cached(config)
-            resumed = build(config)
-            print(
-                f"killed at {sent} requests sent, {done} answers cached; resume made "
-                f"{resumed['calls']} calls; cached + resumed = {done + resumed['calls']} "
-                f"vs {unique} distinct requests ({first['calls']} sent) in an uninterrupted run "
-                f"(in flight at the kill, sent again: {sent - done})"
-            )
-            print(
-                f"figures: repeat_calls={repeat['calls']} "
-                f"repeat_wall_ratio={repeat['flow_s'] / first['flow_s']:.3f} "
-                f"resume_extra_calls={done + resumed['calls'] - unique}"
-            )
-    finally:
-        server.stop()
+        config = write_config(tmp / "killed", url, args.per_category)
+        before = sim_requests(url)
+        proc = start_build(config)
+        while sim_requests(url) - before < first["calls"] // 2:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        sent = sim_requests(url) - before
+        done = cached(config)
+        resumed = build(config)
+        print(
+            f"killed at {sent} requests sent, {done} answers cached; resume made "
+            f"{resumed['calls']} calls; cached + resumed = {done + resumed['calls']} "
+            f"vs {unique} distinct requests ({first['calls']} sent) in an uninterrupted run "
+            f"(in flight at the kill, sent again: {sent - done})"
+        )
+        print(
+            f"figures: repeat_calls={repeat['calls']} "
+            f"repeat_wall_ratio={repeat['flow_s'] / first['flow_s']:.3f} "
+            f"resume_extra_calls={done + resumed['calls'] - unique}"
+        )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -23,6 +22,7 @@ import time
 from pathlib import Path
 
 import yaml
+from _prefect import isolate, prefect_server  # bench/ is on sys.path when run as a script
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -116,13 +116,7 @@ def main() -> None:
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="prb-bench-scale-"))
-    os.environ.update(
-        PREFECT_HOME=str(tmp / "prefect"),
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        DO_NOT_TRACK="1",
-        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="180",
-    )
-    (tmp / "prefect").mkdir()
+    isolate(tmp)
     per_category = -(-args.personas // 3)
     library = synthesise(3 * per_category, tmp / "library")
     print(f"synthesised {3 * per_category} personas into {library}")
@@ -145,27 +139,19 @@ def main() -> None:
             f"{time.monotonic() - t0:.1f}s; peak RSS {r['peak_gib']:.2f} GiB (target < 1.5)"
         )
 
-    from prefect.server.api.server import SubprocessASGIServer
-
     from pipeline.sim.server import running
 
-    server = SubprocessASGIServer()
-    server.start()
-    os.environ["PREFECT_API_URL"] = server.api_url
-    try:
-        with running() as url:
-            sizes = sorted(int(x) for x in args.model_personas.split(","))
-            points = []
-            for n in sizes:
-                r = model_build(library, -(-n // 3), url, tmp / f"model-{n}")
-                points.append(r)
-                print(
-                    f"model stages: {r['personas']} personas, {r['calls']} calls, "
-                    f"{r['wall_s']:.1f}s ({r['calls'] / r['wall_s']:.0f} calls/s); "
-                    f"peak RSS {r['peak_gib']:.3f} GiB"
-                )
-    finally:
-        server.stop()
+    with prefect_server(), running() as url:
+        sizes = sorted(int(x) for x in args.model_personas.split(","))
+        points = []
+        for n in sizes:
+            r = model_build(library, -(-n // 3), url, tmp / f"model-{n}")
+            points.append(r)
+            print(
+                f"model stages: {r['personas']} personas, {r['calls']} calls, "
+                f"{r['wall_s']:.1f}s ({r['calls'] / r['wall_s']:.0f} calls/s); "
+                f"peak RSS {r['peak_gib']:.3f} GiB"
+            )
     (a, b) = points[0], points[-1]
     slope = (b["peak_gib"] - a["peak_gib"]) / max(1, b["personas"] - a["personas"])
     at_n = b["peak_gib"] + slope * (3 * per_category - b["personas"])

@@ -85,9 +85,7 @@ def build(
 
         logging.basicConfig(level=logging.DEBUG)
     try:
-        print_summary(
-            run_build(config, overrides, mode, runner, address, shards, force_new_run)
-        )
+        print_summary(run_build(config, overrides, mode, runner, address, shards, force_new_run))
     except ConfigError as e:
         from rich.markup import escape
 

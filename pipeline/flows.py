@@ -112,37 +112,41 @@ async def build(
     if shards:
         from pipeline.shards import run_sharded
     try:
+        # each stage's records are summarised (counts, ids, cache keys) and let go as soon as
+        # the next stage has them: every record carries its persona, so holding all stages at
+        # once multiplies memory at scale (bench/scale.py)
+        funnel: dict[str, int] = {}
+        produced: dict[str, set[str]] = {}
+        keys: dict[str, list[str]] = {}
         sample = personas_task(cfg, run_dir)
+        funnel["personas"] = len(sample)
         tasks = questions_task(cfg, run_dir, sample)
+        funnel["questions"] = len(tasks)
+        del sample
         if shards:  # the shards do the calls; the stage task then finds them done
             await run_sharded("rubrics", cfg, llm, run_dir, tasks, shards)
         plans = await rubrics_task(cfg, llm, run_dir, tasks)
+        del tasks
+        funnel["rubrics"] = len(plans)
+        produced["rubrics"] = {rubrics.output_id(r) for r in plans}
+        keys["rubrics"] = [k for r in plans for k in r.calls.values()]
         if shards:
             await run_sharded("pairs", cfg, llm, run_dir, plans, shards)
         made = await pairs_task(cfg, llm, run_dir, plans)
+        del plans
+        funnel["pairs"] = len(made)
+        produced["pairs"] = {pairs.output_id(p) for p in made}
+        keys["pairs"] = [k for p in made for k in p.calls.values()]
         if shards:
             await run_sharded("filters", cfg, llm, run_dir, made, shards)
         filtered = await filters_task(cfg, llm, run_dir, made)
+        del made
+        keys["filters"] = [k for f in filtered for k in f.calls.values()]
         verdicts = annotation_task(cfg, run_dir, filtered)
-        funnel = {
-            "personas": len(sample),
-            "questions": len(tasks),
-            "rubrics": len(plans),
-            "pairs": len(made),
-            "filters_kept": sum(f.kept for f in filtered),
-            "annotation_passed": sum(annotation.releasable(cfg, v) for v in verdicts),
-        }
-        produced = {
-            "rubrics": {rubrics.output_id(r) for r in plans},
-            "pairs": {pairs.output_id(p) for p in made},
-        }
+        funnel["filters_kept"] = sum(f.kept for f in filtered)
+        funnel["annotation_passed"] = sum(annotation.releasable(cfg, v) for v in verdicts)
         reasons: Counter[str] = Counter(d.reason for d in current_drops(run_dir, produced))
         reasons.update(r for f in filtered for r in f.reasons)
-        keys = {
-            "rubrics": [k for r in plans for k in r.calls.values()],
-            "pairs": [k for p in made for k in p.calls.values()],
-            "filters": [k for f in filtered for k in f.calls.values()],
-        }
         release_dir = release_task(
             cfg, run_dir, filtered, verdicts, funnel, dict(sorted(reasons.items())), cache, keys
         )

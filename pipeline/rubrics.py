@@ -27,6 +27,7 @@ def input_id(task: Task) -> str:
 def output_id(record: RubricRecord) -> str:
     return record.task.task_id
 
+
 CITED_ID = re.compile(r"\[([^\[\]]+)\]")
 QUOTE = re.compile(r"['\"‘“]([^'\"’”]{12,})['\"’”]")
 MIN_QUOTE = 12  # characters of a quote that must occur verbatim in a profile item

@@ -87,7 +87,8 @@ def test_changed_settings_refuse_to_resume_unless_forced(tmp_path, sim_url):
     aside = tmp_path / "outputs" / "demo.old-1"
     assert (aside / "filters.jsonl").read_bytes() == before  # the old run, kept whole
     assert not (aside / "run.lock.json").exists()
-    assert json.loads((run_dir / "fingerprint.json").read_text())["inputs"][
-        "filters.min_quality"
-    ] == 4.5
+    assert (
+        json.loads((run_dir / "fingerprint.json").read_text())["inputs"]["filters.min_quality"]
+        == 4.5
+    )
     assert first["funnel"]["pairs"] == 6
