@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import httpx
 from fastapi import FastAPI, Request
@@ -54,6 +54,11 @@ class SimOptions:
     attempts: Counter = field(default_factory=Counter)  # request digest -> times seen
     stats: Counter = field(default_factory=Counter)
 
+    def any_faults(self) -> bool:
+        return any(
+            getattr(self, f.name) for f in fields(self) if f.name.startswith("rate_")
+        ) or bool(self.require_key)
+
 
 def create_app(opts: SimOptions) -> FastAPI:
     app = FastAPI(title="prb simulator")
@@ -78,10 +83,13 @@ def create_app(opts: SimOptions) -> FastAPI:
             await asyncio.sleep(opts.latency_ms / 1000)
         # faults are drawn per request and attempt, not from one shared stream: the same
         # request meets the same faults whatever else is in flight, and a retry draws anew
-        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-        opts.attempts[digest] += 1
-        faults = random.Random(f"{opts.seed}:{digest}:{opts.attempts[digest]}")
-        roll = faults.random()
+        if opts.any_faults():
+            digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+            opts.attempts[digest] += 1
+            faults = random.Random(f"{opts.seed}:{digest}:{opts.attempts[digest]}")
+            roll = faults.random()
+        else:  # a fault-free simulator spends nothing on drawing faults (bench/throughput.py)
+            faults, roll = None, 1.0
         hit = {t for t in opts.fault_tasks.split(",") if t}
         if hit and request.headers.get("x-prb-task") not in hit:
             roll = 1.0  # faults restricted to other tasks
