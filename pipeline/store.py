@@ -158,6 +158,9 @@ def current_drops(run_dir: Path, produced: dict[str, set]) -> list[Dropped]:
     return [d for d in drops if d.id not in produced.get(d.stage, ())]
 
 
+RECORDS_IN_FLIGHT = 256  # enough to keep llm.py's call semaphore full at any sane concurrency
+
+
 async def process_stage(
     stage: str,
     inputs: Iterable,
@@ -192,10 +195,18 @@ async def process_stage(
                 append(result)
                 counts["new"] += 1
 
+        records = iter(todo)
+
+        async def worker() -> None:
+            for x in records:  # workers share the iterator: each takes the next record
+                await one(x)
+
         try:
+            # a bounded pool of workers, not a task per record: a record's pending calls hold
+            # their rendered prompts, so starting them all at once grows memory with the stage
             async with asyncio.TaskGroup() as tg:
-                for x in todo:
-                    tg.create_task(one(x))
+                for _ in range(min(RECORDS_IN_FLIGHT, len(todo))):
+                    tg.create_task(worker())
         except BaseExceptionGroup as group:
             # the first failure (e.g. a bad key) cancelled the rest: raise it plainly, so the
             # run stops with its own message rather than a group of identical ones
