@@ -112,8 +112,7 @@ def demo(
     from pipeline.sim.server import running
 
     started = time.monotonic()
-    with running() as base_url:
-        console.print(f"simulator on {base_url}")
+    with running() as base_url:  # the simulator prints its address itself
         result = run_build(config, {"run_id": run_id, "model__base_url": base_url})
     print_summary(result)
     console.print(f"took {time.monotonic() - started:.1f}s")
