@@ -6,7 +6,7 @@ creates its calls, and once no new call has arrived for `QUIET_S` the queue is w
 Batch API JSONL file, uploaded (`files.create`), submitted (`batches.create`) and recorded in
 `<run_dir>/batches.jsonl` BEFORE any polling, so a rerun after a crash collects the recorded
 batch instead of paying for it twice. Collected answers are written into the response cache and
-each waiting call then reads its answer from there through the ordinary `LLM.call`. A line that
+each waiting call then reads its answer from there (`BatchLLM._request`). A line that
 the batch could not answer (error line, expired batch, unparseable output) falls back to the
 online path with its retries, so nothing is dropped for being batched.
 A stage with dependent calls (content plan, then chosen/rejected) simply makes one batch per
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig
-from pipeline.llm import LLM, CallResult, PermanentLLMError
+from pipeline.llm import LLM, CallResult, PermanentLLMError, _Unparseable, parse_output
 from pipeline.prompts import Prompt
 from pipeline.records import BatchJob
 from pipeline.store import StageFile, atomic_write
@@ -45,22 +45,26 @@ class BatchLLM(LLM):
         self._worker: asyncio.Task | None = None
         self._paid: set[str] = set()  # custom ids this run submitted (not merely collected)
 
-    async def call(
-        self, prompt: Prompt, *, stage: str, model: str, variables: dict, seed: int | None = None
+    async def _request(
+        self, prompt: Prompt, stage: str, model: str, messages: list[dict], seed: int, key: str
     ) -> CallResult:
-        s = self.cfg.seed if seed is None else seed
-        messages = prompt.render(**variables)
-        key = self.key_for(prompt, model, messages, s)
+        """A cache miss (LLM.call has checked the cache and merged identical calls in flight):
+        ask through a batch, then read the answer from the cache it was collected into."""
         cid = f"{prompt.task}:{key}"
-        if self.cache.get(key) is None:
-            body = {"model": model, "messages": messages, "seed": s, **prompt.params}
-            await self._via_batch(cid, stage, body)
-        result = await super().call(
-            prompt, stage=stage, model=model, variables=variables, seed=seed
-        )
-        if result.cached and cid in self._paid:
-            self.usage[stage].cache_hits -= 1  # paid for in a batch: a call, not a cache hit
-        return result
+        body = {"model": model, "messages": messages, "seed": seed, **prompt.params}
+        await self._via_batch(cid, stage, body)
+        hit = self.cache.get(key)
+        if hit is not None:
+            try:
+                value = parse_output(hit[0], prompt.output)
+            except _Unparseable:
+                self.cache.delete(key)  # a bad batch answer: ask online, with retries
+            else:
+                paid = cid in self._paid  # counted as a call when submitted (_submit)
+                if not paid:  # collected from a batch an interrupted run had paid for
+                    self.usage[stage].cache_hits += 1
+                return CallResult(value, hit[0], key, cached=not paid)
+        return await super()._request(prompt, stage, model, messages, seed, key)
 
     async def _via_batch(self, custom_id: str, stage: str, body: dict) -> None:
         if custom_id not in self._queue:  # the same request twice shares one batch line
