@@ -21,7 +21,7 @@ from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig, load_config
 from pipeline.llm import LLM
 from pipeline.preflight import open_run
-from pipeline.records import FilterRecord, Pair, Persona, RubricRecord, Task
+from pipeline.records import FilterRecord, Persona, Task
 from pipeline.store import StageFile, atomic_write, current_drops, latest
 
 STAGES = ("personas", "questions", "rubrics", "pairs", "filters", "annotation", "release")
@@ -50,22 +50,25 @@ def stage_outputs(stage, run_dir: Path, inputs: list) -> list:
     return [r for r in latest(records, stage.output_id) if stage.output_id(r) in wanted]
 
 
-@task(name="rubrics", cache_policy=NO_CACHE)
-async def rubrics_task(cfg: RunConfig, llm: LLM, run_dir: Path, tasks: list[Task]):
-    get_run_logger().info("rubrics: %s", await rubrics.run(cfg, llm, run_dir, tasks))
-    return stage_outputs(rubrics, run_dir, tasks)
+def _model_stage_task(stage):
+    @task(name=stage.STAGE, cache_policy=NO_CACHE)
+    async def run_stage(cfg: RunConfig, llm: LLM, run_dir: Path, inputs: list) -> list:
+        get_run_logger().info("%s: %s", stage.STAGE, await stage.run(cfg, llm, run_dir, inputs))
+        return stage_outputs(stage, run_dir, inputs)
+
+    return run_stage
 
 
-@task(name="pairs", cache_policy=NO_CACHE)
-async def pairs_task(cfg: RunConfig, llm: LLM, run_dir: Path, plans: list[RubricRecord]):
-    get_run_logger().info("pairs: %s", await pairs.run(cfg, llm, run_dir, plans))
-    return stage_outputs(pairs, run_dir, plans)
+MODEL_STAGE_TASKS = {m.STAGE: _model_stage_task(m) for m in (rubrics, pairs, filters)}
 
 
-@task(name="filters", cache_policy=NO_CACHE)
-async def filters_task(cfg: RunConfig, llm: LLM, run_dir: Path, made: list[Pair]):
-    get_run_logger().info("filters: %s", await filters.run(cfg, llm, run_dir, made))
-    return stage_outputs(filters, run_dir, made)
+async def model_stage(stage, cfg: RunConfig, llm: LLM, run_dir: Path, inputs: list, shards: int):
+    """One model stage: with shards, they make the calls and the stage task finds them done."""
+    if shards:
+        from pipeline.shards import run_sharded
+
+        await run_sharded(stage.STAGE, cfg, llm, run_dir, inputs, shards)
+    return await MODEL_STAGE_TASKS[stage.STAGE](cfg, llm, run_dir, inputs)
 
 
 @task(name="annotation", cache_policy=NO_CACHE)
@@ -109,8 +112,6 @@ async def build(
         llm = BatchLLM(cfg, cache, run_dir)
     else:
         llm = LLM(cfg.model, cache)
-    if shards:
-        from pipeline.shards import run_sharded
     try:
         # each stage's records are summarised (counts, ids, cache keys) and let go as soon as
         # the next stage has them: every record carries its persona, so holding all stages at
@@ -123,23 +124,17 @@ async def build(
         tasks = questions_task(cfg, run_dir, sample)
         funnel["questions"] = len(tasks)
         del sample
-        if shards:  # the shards do the calls; the stage task then finds them done
-            await run_sharded("rubrics", cfg, llm, run_dir, tasks, shards)
-        plans = await rubrics_task(cfg, llm, run_dir, tasks)
+        plans = await model_stage(rubrics, cfg, llm, run_dir, tasks, shards)
         del tasks
         funnel["rubrics"] = len(plans)
         produced["rubrics"] = {rubrics.output_id(r) for r in plans}
         keys["rubrics"] = [k for r in plans for k in r.calls.values()]
-        if shards:
-            await run_sharded("pairs", cfg, llm, run_dir, plans, shards)
-        made = await pairs_task(cfg, llm, run_dir, plans)
+        made = await model_stage(pairs, cfg, llm, run_dir, plans, shards)
         del plans
         funnel["pairs"] = len(made)
         produced["pairs"] = {pairs.output_id(p) for p in made}
         keys["pairs"] = [k for p in made for k in p.calls.values()]
-        if shards:
-            await run_sharded("filters", cfg, llm, run_dir, made, shards)
-        filtered = await filters_task(cfg, llm, run_dir, made)
+        filtered = await model_stage(filters, cfg, llm, run_dir, made, shards)
         del made
         keys["filters"] = [k for f in filtered for k in f.calls.values()]
         verdicts = annotation_task(cfg, run_dir, filtered)
