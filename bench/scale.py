@@ -1,19 +1,20 @@
 """Scale: N sampled personas (default 50,000, synthesised from the persona library) through the
-stages that need no model, and a stated fraction of them through the model stages on the
-zero-latency simulator, with peak RSS of each process. Target: under 1.5 GiB.
+stages that need no model, and through the model stages on the zero-latency simulator, with the
+peak RSS of each process. Target: under 1.5 GiB.
 
-    .venv/bin/python bench/scale.py [--personas 50000] [--model-personas 600,1200]
+    .venv/bin/python bench/scale.py [--personas 50000] [--model-personas 1500,50000]
 
 Synthetic personas are library personas with new ids (profile item ids renamed to match) and a
 rotated profile order, so every one is valid and distinct. The model stages run as real
-`prb build` processes at two sizes; peak RSS at N is extrapolated linearly from those two points
-(and said to be an extrapolation).
+`prb build` processes at the given sizes (smallest first); when the largest is below N, peak
+RSS at N is extrapolated linearly from the smallest and largest (and said to be one).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -27,23 +28,24 @@ from _prefect import isolate, prefect_server  # bench/ is on sys.path when run a
 REPO = Path(__file__).resolve().parent.parent
 
 
-def synthesise(n: int, folder: Path) -> Path:
+def synthesise(per_category: int, folder: Path) -> Path:
     from pipeline.personas import load_personas
 
     library = sorted(load_personas(["personas/library"]), key=lambda p: p.persona_id)
     folder.mkdir(parents=True, exist_ok=True)
-    lines: dict[str, list[str]] = {}
-    for i in range(n):
-        base = library[i % len(library)]
-        pid = f"{base.persona_id}-s{i:06d}"
-        k = (i // len(library)) % len(base.profile)
-        profile = [
-            {**item.model_dump(), "id": item.id.replace(base.persona_id, pid, 1)}
-            for item in base.profile[k:] + base.profile[:k]
-        ]
-        record = {**base.model_dump(), "persona_id": pid, "profile": profile}
-        lines.setdefault(base.category, []).append(json.dumps(record, ensure_ascii=False))
-    for category, rows in lines.items():
+    for category in sorted({p.category for p in library}):
+        own = [p for p in library if p.category == category]
+        rows = []
+        for i in range(per_category):
+            base = own[i % len(own)]
+            pid = f"{base.persona_id}-s{i:06d}"
+            k = (i // len(own)) % len(base.profile)
+            profile = [
+                {**item.model_dump(), "id": item.id.replace(base.persona_id, pid, 1)}
+                for item in base.profile[k:] + base.profile[:k]
+            ]
+            record = {**base.model_dump(), "persona_id": pid, "profile": profile}
+            rows.append(json.dumps(record, ensure_ascii=False))
         (folder / f"{category}.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
     return folder
 
@@ -59,16 +61,16 @@ def no_model_stages(library: str, per_category: int, out: str) -> None:
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    sample = personas_task.fn(cfg, run_dir)
+    n_personas = personas_task.fn(cfg, run_dir)
     t1 = time.monotonic()
-    tasks = questions_task.fn(cfg, run_dir, sample)
+    n_tasks = len(questions_task.fn(cfg, run_dir))
     t2 = time.monotonic()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     print(
         json.dumps(
             {
-                "personas": len(sample),
-                "tasks": len(tasks),
+                "personas": n_personas,
+                "tasks": n_tasks,
                 "personas_s": t1 - t0,
                 "questions_s": t2 - t1,
                 "peak_gib": peak,
@@ -77,8 +79,18 @@ def no_model_stages(library: str, per_category: int, out: str) -> None:
     )
 
 
-def child_peak_gib() -> float:
-    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024**2
+def run_measured(cmd: list[str]) -> tuple[str, float]:
+    """Run `cmd` to the end; its stdout and its own peak RSS in GiB (os.wait4 gives this
+    child's rusage alone, where RUSAGE_CHILDREN is the max over every child so far)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode:
+            err.seek(0)
+            raise SystemExit(err.read()[-3000:])
+        out.seek(0)
+        return out.read(), usage.ru_maxrss / 1024**2
 
 
 def model_build(library: Path, per_category: int, url: str, folder: Path) -> dict:
@@ -89,36 +101,29 @@ def model_build(library: Path, per_category: int, url: str, folder: Path) -> dic
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(yaml.safe_dump(data))
     t0 = time.monotonic()
-    # a fresh process per size: RUSAGE_CHILDREN is the max over waited-for children, so sizes
-    # are run smallest first and each figure is that build's own peak
-    proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "build", "--config", str(folder / "config.yaml")],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
+    _, peak = run_measured(
+        [sys.executable, "-m", "pipeline.cli", "build", "--config", str(folder / "config.yaml")]
     )
-    if proc.returncode:
-        raise SystemExit(proc.stderr[-3000:])
     stats = json.loads((folder / "outputs" / "scale" / "run_stats.json").read_text())
     return {
         "personas": 3 * per_category,
         "calls": sum(u["calls"] for u in stats["usage"].values()),
         "wall_s": time.monotonic() - t0,
-        "peak_gib": child_peak_gib(),
+        "peak_gib": peak,
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--personas", type=int, default=50_000)
-    ap.add_argument("--model-personas", default="600,1200", help="two sizes for the model stages")
+    ap.add_argument("--model-personas", default="1500,50000", help="sizes for the model stages")
     ap.add_argument("--skip-no-model", action="store_true")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="prb-bench-scale-"))
     isolate(tmp)
     per_category = -(-args.personas // 3)
-    library = synthesise(3 * per_category, tmp / "library")
+    library = synthesise(per_category, tmp / "library")
     print(f"synthesised {3 * per_category} personas into {library}")
 
     if not args.skip_no_model:
@@ -127,12 +132,8 @@ def main() -> None:
             f"scale.no_model_stages({str(library)!r}, {per_category}, {str(tmp / 'nomodel')!r})"
         )
         t0 = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True
-        )
-        if proc.returncode:
-            raise SystemExit(proc.stderr[-3000:])
-        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        out, _ = run_measured([sys.executable, "-c", code])
+        r = json.loads(out.strip().splitlines()[-1])
         print(
             f"no-model stages: {r['personas']} personas, {r['tasks']} tasks; personas "
             f"{r['personas_s']:.1f}s, questions {r['questions_s']:.1f}s, total "
@@ -152,12 +153,15 @@ def main() -> None:
                 f"{r['wall_s']:.1f}s ({r['calls'] / r['wall_s']:.0f} calls/s); "
                 f"peak RSS {r['peak_gib']:.3f} GiB"
             )
+    n_all = 3 * per_category
+    if points[-1]["personas"] >= n_all or len(points) < 2:
+        return  # measured at N (or nothing to extrapolate from)
     (a, b) = points[0], points[-1]
     slope = (b["peak_gib"] - a["peak_gib"]) / max(1, b["personas"] - a["personas"])
-    at_n = b["peak_gib"] + slope * (3 * per_category - b["personas"])
-    secs = b["wall_s"] / b["personas"] * 3 * per_category
+    at_n = b["peak_gib"] + slope * (n_all - b["personas"])
+    secs = b["wall_s"] / b["personas"] * n_all
     print(
-        f"extrapolated to {3 * per_category} personas through the model stages: peak RSS "
+        f"extrapolated to {n_all} personas through the model stages: peak RSS "
         f"~{at_n:.2f} GiB ({1024 * slope * 1000:.1f} MiB per 1,000 personas), "
         f"~{secs / 60:.0f} min at the measured rate (an extrapolation, not a measurement)"
     )

@@ -16,6 +16,7 @@ error (bad key, unknown model) stops the run instead.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from pathlib import Path
 
 from rapidfuzz import fuzz
@@ -48,19 +49,22 @@ def words(text: str) -> int:
     return len(text.split())
 
 
-def duplicate_questions(pairs: list[Pair], threshold: float) -> dict[str, str]:
+def duplicate_questions(pairs: Iterable[Pair], threshold: float) -> dict[str, str]:
     """pair_id -> the pair it duplicates: same persona, near-identical question; first id wins.
-    (The same question asked by different personas is the point of the benchmark, not a dup.)"""
+    (The same question asked by different personas is the point of the benchmark, not a dup.)
+    Keeps ids and questions only, so `pairs` can stream from a stage file."""
     dup: dict[str, str] = {}
-    by_persona: dict[str, list[Pair]] = {}
-    for p in sorted(pairs, key=lambda p: p.pair_id):
-        seen = by_persona.setdefault(p.task.persona.persona_id, [])
-        for q in seen:
-            if fuzz.token_set_ratio(p.task.question, q.task.question) >= 100 * threshold:
-                dup[p.pair_id] = q.pair_id
+    by_persona: dict[str, list[tuple[str, str]]] = {}
+    for pair_id, persona_id, question in sorted(
+        (p.pair_id, p.task.persona.persona_id, p.task.question) for p in pairs
+    ):
+        seen = by_persona.setdefault(persona_id, [])
+        for other_id, other in seen:
+            if fuzz.token_set_ratio(question, other) >= 100 * threshold:
+                dup[pair_id] = other_id
                 break
         else:
-            seen.append(p)
+            seen.append((pair_id, question))
     return dup
 
 
@@ -138,7 +142,7 @@ def fill_judged(checks: PairChecks, done: dict[str, CallResult], n_aspects: int)
         checks.blind = BlindCheck(ab=ab, ba=ba, picked=blind_pick(ab, ba))
 
 
-async def run(cfg: RunConfig, llm: LLM, run_dir: Path, pairs: list[Pair]) -> dict[str, int]:
+async def run(cfg: RunConfig, llm: LLM, run_dir: Path, pairs: Iterable[Pair]) -> dict[str, int]:
     quality, adherence, blind = (load_prompt(t) for t in JUDGES)
     judge = cfg.model.judge
     dups = duplicate_questions(pairs, cfg.filters.max_question_similarity)

@@ -21,38 +21,38 @@ from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig, load_config
 from pipeline.llm import LLM
 from pipeline.preflight import open_run
-from pipeline.records import FilterRecord, Persona, Task
-from pipeline.store import StageFile, atomic_write, current_drops, latest
+from pipeline.records import Persona, Task
+from pipeline.store import Records, StageFile, atomic_write, current_drops
 
 STAGES = ("personas", "questions", "rubrics", "pairs", "filters", "annotation", "release")
 
 
 @task(name="personas", cache_policy=NO_CACHE)
-def personas_task(cfg: RunConfig, run_dir: Path) -> list[Persona]:
+def personas_task(cfg: RunConfig, run_dir: Path) -> int:
     library = personas.source_personas(cfg.personas)  # the library or an imported source
     sample = personas.sample_personas(library, cfg.personas, cfg.seed)
-    StageFile(run_dir, "personas", Persona).write_all(sample)
-    return sample
+    return StageFile(run_dir, "personas", Persona).write_all(sample)
 
 
 @task(name="questions", cache_policy=NO_CACHE)
-def questions_task(cfg: RunConfig, run_dir: Path, sample: list[Persona]) -> list[Task]:
+def questions_task(cfg: RunConfig, run_dir: Path) -> Records:
     pool = personas.source_questions(cfg.personas)
+    sample = StageFile(run_dir, "personas", Persona).read()
     tasks = questions.assign_questions(sample, pool, cfg.personas.questions_per_persona, cfg.seed)
     StageFile(run_dir, "questions", Task).write_all(tasks)
-    return tasks
+    return Records(StageFile(run_dir, "questions", Task), questions.task_key)
 
 
-def stage_outputs(stage, run_dir: Path, inputs: list) -> list:
-    """The stage file's latest record for each of `inputs` (a record and its input share an id)."""
+def stage_outputs(stage, run_dir: Path, inputs: Records) -> Records:
+    """The stage file's latest record for each of `inputs` (a record and its input share an id):
+    read from disk by whoever uses it, so no stage is ever held in memory whole."""
     wanted = {stage.input_id(x) for x in inputs}
-    records = StageFile(run_dir, stage.STAGE, stage.OUTPUT).read()
-    return [r for r in latest(records, stage.output_id) if stage.output_id(r) in wanted]
+    return Records(StageFile(run_dir, stage.STAGE, stage.OUTPUT), stage.output_id, wanted)
 
 
 def _model_stage_task(stage):
     @task(name=stage.STAGE, cache_policy=NO_CACHE)
-    async def run_stage(cfg: RunConfig, llm: LLM, run_dir: Path, inputs: list) -> list:
+    async def run_stage(cfg: RunConfig, llm: LLM, run_dir: Path, inputs: Records) -> Records:
         get_run_logger().info("%s: %s", stage.STAGE, await stage.run(cfg, llm, run_dir, inputs))
         return stage_outputs(stage, run_dir, inputs)
 
@@ -62,7 +62,7 @@ def _model_stage_task(stage):
 MODEL_STAGE_TASKS = {m.STAGE: _model_stage_task(m) for m in (rubrics, pairs, filters)}
 
 
-async def model_stage(stage, cfg: RunConfig, llm: LLM, run_dir: Path, inputs: list, shards: int):
+async def model_stage(stage, cfg: RunConfig, llm: LLM, run_dir: Path, inputs: Records, shards):
     """One model stage: with shards, they make the calls and the stage task finds them done."""
     if shards:
         from pipeline.shards import run_sharded
@@ -71,8 +71,18 @@ async def model_stage(stage, cfg: RunConfig, llm: LLM, run_dir: Path, inputs: li
     return await MODEL_STAGE_TASKS[stage.STAGE](cfg, llm, run_dir, inputs)
 
 
+def summarise(stage, records: Records) -> tuple[set[str], list[str]]:
+    """The ids a stage produced and the cache keys of the answers they used (one pass)."""
+    ids: set[str] = set()
+    keys: list[str] = []
+    for r in records:
+        ids.add(stage.output_id(r))
+        keys.extend(r.calls.values())
+    return ids, keys
+
+
 @task(name="annotation", cache_policy=NO_CACHE)
-def annotation_task(cfg: RunConfig, run_dir: Path, filtered: list[FilterRecord]):
+def annotation_task(cfg: RunConfig, run_dir: Path, filtered: Records):
     return annotation.run(cfg, run_dir, filtered)
 
 
@@ -113,35 +123,27 @@ async def build(
     else:
         llm = LLM(cfg.model, cache)
     try:
-        # each stage's records are summarised (counts, ids, cache keys) and let go as soon as
-        # the next stage has them: every record carries its persona, so holding all stages at
-        # once multiplies memory at scale (bench/scale.py)
-        funnel: dict[str, int] = {}
+        # stages hand each other Records (a stage file read from disk on demand), never lists:
+        # every record carries its persona, so holding a stage in memory grows with the run
+        # (bench/scale.py); only ids and cache keys are kept for the funnel and the manifest
+        funnel: dict[str, int] = {"personas": personas_task(cfg, run_dir)}
         produced: dict[str, set[str]] = {}
         keys: dict[str, list[str]] = {}
-        sample = personas_task(cfg, run_dir)
-        funnel["personas"] = len(sample)
-        tasks = questions_task(cfg, run_dir, sample)
-        funnel["questions"] = len(tasks)
-        del sample
-        plans = await model_stage(rubrics, cfg, llm, run_dir, tasks, shards)
-        del tasks
-        funnel["rubrics"] = len(plans)
-        produced["rubrics"] = {rubrics.output_id(r) for r in plans}
-        keys["rubrics"] = [k for r in plans for k in r.calls.values()]
-        made = await model_stage(pairs, cfg, llm, run_dir, plans, shards)
-        del plans
-        funnel["pairs"] = len(made)
-        produced["pairs"] = {pairs.output_id(p) for p in made}
-        keys["pairs"] = [k for p in made for k in p.calls.values()]
-        filtered = await model_stage(filters, cfg, llm, run_dir, made, shards)
-        del made
-        keys["filters"] = [k for f in filtered for k in f.calls.values()]
+        records = questions_task(cfg, run_dir)
+        funnel["questions"] = len(records)
+        for stage in (rubrics, pairs, filters):
+            records = await model_stage(stage, cfg, llm, run_dir, records, shards)
+            produced[stage.STAGE], keys[stage.STAGE] = summarise(stage, records)
+        funnel["rubrics"], funnel["pairs"] = len(produced["rubrics"]), len(produced["pairs"])
+        filtered = records
         verdicts = annotation_task(cfg, run_dir, filtered)
-        funnel["filters_kept"] = sum(f.kept for f in filtered)
-        funnel["annotation_passed"] = sum(annotation.releasable(cfg, v) for v in verdicts)
         reasons: Counter[str] = Counter(d.reason for d in current_drops(run_dir, produced))
-        reasons.update(r for f in filtered for r in f.reasons)
+        kept = 0
+        for f in filtered:
+            kept += f.kept
+            reasons.update(f.reasons)
+        funnel["filters_kept"] = kept
+        funnel["annotation_passed"] = sum(annotation.releasable(cfg, v) for v in verdicts)
         release_dir = release_task(
             cfg, run_dir, filtered, verdicts, funnel, dict(sorted(reasons.items())), cache, keys
         )

@@ -136,9 +136,9 @@ class LLM:
             api_key=cfg.api_key.get_secret_value(),
             max_retries=0,  # tenacity owns retries, so they are counted and bounded in one place
             timeout=cfg.timeout_s,
-            # a pool no larger than the concurrency: httpcore scans every pooled connection per
-            # request, which cost ~1 ms per call at the default 1,000 (bench/throughput.py)
-            http_client=openai.DefaultAsyncHttpxClient(
+            # openai's aiohttp transport: httpcore's per-request pool bookkeeping cost ~1 ms of
+            # CPU per call here, the client's main limit (bench/throughput.py)
+            http_client=openai.DefaultAioHttpClient(
                 limits=httpx2.Limits(
                     max_connections=concurrency or cfg.concurrency,
                     max_keepalive_connections=concurrency or cfg.concurrency,

@@ -4,6 +4,7 @@ Equal general quality comes from the shared plan; the filters stage checks it he
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline.config import RunConfig
@@ -34,7 +35,7 @@ def pair_id(persona_id: str, question: str, prompt_versions: dict[str, str]) -> 
     return stable_id(persona_id, question, prompt_versions, prefix="prb-")
 
 
-async def run(cfg: RunConfig, llm: LLM, run_dir: Path, rubrics: list[RubricRecord]):
+async def run(cfg: RunConfig, llm: LLM, run_dir: Path, rubrics: Iterable[RubricRecord]):
     prompts = {t: load_prompt(t) for t in TASKS}
     versions = {t: p.ref for t, p in prompts.items()}
     instructions = prompts["rejected"].extra["strategies"]

@@ -5,6 +5,8 @@ category's open pool."""
 from __future__ import annotations
 
 import random
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
 
 from pipeline.records import Persona, Question, Task, stable_id
 
@@ -13,19 +15,26 @@ def task_id(persona_id: str, question: str) -> str:
     return stable_id(persona_id, question, prefix="t-")
 
 
+def task_key(task: Task) -> str:
+    return task.task_id
+
+
 def assign_questions(
-    personas: list[Persona], questions: list[Question], per_persona: int, seed: int
-) -> list[Task]:
-    tasks: list[Task] = []
+    personas: Iterable[Persona], questions: list[Question], per_persona: int, seed: int
+) -> Iterator[Task]:
+    """Each persona's tasks in turn (a generator: the stage writes them as they come)."""
+    by_id = sorted(questions, key=lambda q: q.question_id)
+    own_of: dict[str, list[Question]] = defaultdict(list)  # indexed once: 50,000 personas
+    open_of: dict[str, list[Question]] = defaultdict(list)  # must not rescan every question
+    for q in by_id:
+        for asker in q.asked_by:
+            own_of[asker].append(q)
+        if not q.asked_by:
+            open_of[q.category].append(q)
     for persona in personas:
         rng = random.Random(f"questions:{seed}:{persona.persona_id}")
-        own = sorted(
-            (q for q in questions if persona.persona_id in q.asked_by), key=lambda q: q.question_id
-        )
-        pool = sorted(
-            (q for q in questions if q.category == persona.category and not q.asked_by),
-            key=lambda q: q.question_id,
-        )
+        own = list(own_of.get(persona.persona_id, ()))
+        pool = list(open_of.get(persona.category, ()))
         rng.shuffle(own)
         rng.shuffle(pool)
         seen: set[str] = set()
@@ -36,13 +45,10 @@ def assign_questions(
             if key in seen:
                 continue
             seen.add(key)
-            tasks.append(
-                Task(
-                    task_id=task_id(persona.persona_id, q.question),
-                    persona=persona,
-                    question_id=q.question_id,
-                    question=q.question,
-                    category=persona.category,
-                )
+            yield Task(
+                task_id=task_id(persona.persona_id, q.question),
+                persona=persona,
+                question_id=q.question_id,
+                question=q.question,
+                category=persona.category,
             )
-    return tasks

@@ -10,13 +10,15 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import statistics
 import tempfile
 from collections import Counter
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
 import datasets
+import pyarrow.parquet as pq
+from datasets.arrow_writer import ParquetWriter
 
 from pipeline import cost
 from pipeline.annotation import manifest_block, releasable
@@ -25,8 +27,10 @@ from pipeline.card import render_card
 from pipeline.config import RunConfig
 from pipeline.prompts import BUILD_TASKS, load_prompt
 from pipeline.records import AnnotationRecord, FilterRecord
+from pipeline.store import Records
 
 FORMAT_VERSION = 1
+ROWS_PER_BATCH = 1000  # rows per Arrow batch and Parquet row group: bounds the writer's memory
 RELEASED_COLUMNS = (
     "id",
     "question",
@@ -155,11 +159,29 @@ def jsonl_path(category: str) -> str:
     return f"{category}/test.jsonl"
 
 
-def write_jsonl(ds: datasets.Dataset, path: Path) -> None:
-    # key order follows FEATURES; Python's float repr round-trips, so the text is stable
+def write_jsonl(parquet: Path, path: Path) -> None:
+    """The Parquet file's rows as JSON Lines, batch by batch: key order follows FEATURES and
+    Python's float repr round-trips, so the text is as stable as the Parquet."""
     with open(path, "w", encoding="utf-8", newline="\n") as f:
-        for row in ds.to_list():
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        for batch in pq.ParquetFile(parquet).iter_batches(batch_size=ROWS_PER_BATCH):
+            for row in batch.to_pylist():
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def write_category(rows: Iterable[dict], folder: Path, category: str) -> tuple[int, int]:
+    """One category's rows (already in order) streamed into its Parquet file through
+    `datasets`' own ParquetWriter (Hugging Face features in the schema metadata), then the
+    JSONL copy; returns (rows, in-memory Arrow bytes)."""
+    path = folder / data_path(category)
+    path.parent.mkdir(parents=True)
+    with ParquetWriter(
+        path=str(path), features=FEATURES, writer_batch_size=ROWS_PER_BATCH
+    ) as writer:
+        for row in rows:
+            writer.write(row)
+        n, num_bytes = writer.finalize()
+    write_jsonl(path, folder / jsonl_path(category))
+    return n, num_bytes
 
 
 def token_usage(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> dict[str, dict]:
@@ -177,28 +199,41 @@ def token_usage(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> di
     return out
 
 
-def release_stats(rows: list[dict]) -> dict:
-    """Figures about the released rows that the card reports (all derived, all deterministic)."""
+class ReleaseStats:
+    """Figures about the released rows that the card reports (all derived, all deterministic),
+    counted row by row as the rows stream past."""
 
-    def mean_words(col: str) -> float:
-        return round(statistics.fmean(len(r[col].split()) for r in rows), 1) if rows else 0.0
+    def __init__(self) -> None:
+        self.n = 0
+        self.words = {"chosen": 0, "rejected": 0}
+        self.strategies: Counter[str] = Counter()
+        self.blind: Counter[str] = Counter()
+        self.verdicts: Counter[str] = Counter()
 
-    return {
-        "rejected_strategies": dict(sorted(Counter(r["rejected_strategy"] for r in rows).items())),
-        "mean_words": {"chosen": mean_words("chosen"), "rejected": mean_words("rejected")},
-        "blind_picked": dict(
-            sorted(Counter(r["pair_checks"]["blind_picked"] for r in rows).items())
-        ),
-        "verdicts_released": dict(
-            sorted(Counter(r["annotation"]["verdict"] for r in rows).items())
-        ),
-    }
+    def add(self, row: dict) -> dict:
+        self.n += 1
+        for col in self.words:
+            self.words[col] += len(row[col].split())
+        self.strategies[row["rejected_strategy"]] += 1
+        self.blind[row["pair_checks"]["blind_picked"]] += 1
+        self.verdicts[row["annotation"]["verdict"]] += 1
+        return row
+
+    def summary(self) -> dict:
+        return {
+            "rejected_strategies": dict(sorted(self.strategies.items())),
+            "mean_words": {
+                c: round(w / self.n, 1) if self.n else 0.0 for c, w in self.words.items()
+            },
+            "blind_picked": dict(sorted(self.blind.items())),
+            "verdicts_released": dict(sorted(self.verdicts.items())),
+        }
 
 
 def run(
     cfg: RunConfig,
     run_dir: Path,
-    filtered: list[FilterRecord],
+    filtered: Records,
     annotations: list[AnnotationRecord],
     funnel: dict[str, int],
     drop_reasons: dict[str, int],
@@ -206,15 +241,14 @@ def run(
     keys_by_stage: dict[str, list[str]],
 ) -> Path:
     verdicts = {a.pair_id: a for a in annotations}
-    rows = sorted(
-        (
-            to_row(f, verdicts[f.pair.pair_id])
-            for f in filtered
-            if f.kept and f.pair.pair_id in verdicts and releasable(cfg, verdicts[f.pair.pair_id])
-        ),
-        key=lambda r: (r["category"], r["id"]),
-    )
-    funnel = {**funnel, "released": len(rows)}
+    # pass 1 orders the releasable pairs by (category, id) and keeps only their file offsets;
+    # pass 2 reads them back one by one into the writer: no stage is held in memory
+    order: dict[str, list[tuple[str, int]]] = {c: [] for c in cfg.personas.categories}
+    for offset, f in filtered.items():
+        pid = f.pair.pair_id
+        if f.kept and pid in verdicts and releasable(cfg, verdicts[pid]):
+            order.setdefault(f.pair.task.category, []).append((pid, offset))
+    stats = ReleaseStats()
     final = run_dir / "release"
     tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".release-"))
     tmp.chmod(0o755)  # mkdtemp makes 0700; the release is meant to be shared
@@ -222,16 +256,15 @@ def run(
         counts: dict[str, int] = {}
         arrow_bytes: dict[str, int] = {}  # the Hub's `num_bytes`: in-memory Arrow size
         for category in cfg.personas.categories:
-            subset = [r for r in rows if r["category"] == category]
-            if not subset:
+            if not order[category]:
                 continue
-            counts[category] = len(subset)
-            path = tmp / data_path(category)
-            path.parent.mkdir(parents=True)
-            ds = datasets.Dataset.from_list(subset, features=FEATURES)
-            ds.to_parquet(str(path))
-            arrow_bytes[category] = ds.data.nbytes
-            write_jsonl(ds, tmp / jsonl_path(category))
+            offsets = [offset for _, offset in sorted(order[category])]
+            rows = (
+                stats.add(to_row(f, verdicts[f.pair.pair_id]))
+                for f in filtered.file.read_at(offsets)
+            )
+            counts[category], arrow_bytes[category] = write_category(rows, tmp, category)
+        funnel = {**funnel, "released": stats.n}
         config = cfg.recorded()
         manifest = {
             "format_version": FORMAT_VERSION,
@@ -254,10 +287,10 @@ def run(
             "drop_reasons": drop_reasons,
             "per_category": counts,
             "num_bytes": arrow_bytes,
-            "stats": release_stats(rows),
+            "stats": stats.summary(),
             "annotation": manifest_block(cfg, run_dir, annotations),
             "tokens": token_usage(cache, keys_by_stage),
-            "cost": cost.summary(cfg, cache, keys_by_stage, len(rows)),  # priced: pipeline/cost.py
+            "cost": cost.summary(cfg, cache, keys_by_stage, stats.n),  # priced: pipeline/cost.py
         }
         (tmp / "README.md").write_text(render_card(manifest, FEATURES), encoding="utf-8")
         manifest["files"] = file_checksums(tmp)

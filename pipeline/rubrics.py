@@ -8,6 +8,7 @@ the audit, never used); a plan with no grounded aspect left is dropped as `plann
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from pipeline.config import RunConfig
@@ -45,7 +46,7 @@ def grounded(aspect: RubricAspect, task: Task) -> bool:
     return False
 
 
-async def run(cfg: RunConfig, llm: LLM, run_dir: Path, tasks: list[Task]) -> dict[str, int]:
+async def run(cfg: RunConfig, llm: LLM, run_dir: Path, tasks: Iterable[Task]) -> dict[str, int]:
     planner = load_prompt("planner")
 
     async def plan(task: Task) -> RubricRecord | Dropped:

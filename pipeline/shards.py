@@ -27,7 +27,7 @@ from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig
 from pipeline.llm import LLM
 from pipeline.records import stable_id
-from pipeline.store import StageFile, dropped_file, settled_ids
+from pipeline.store import Records, StageFile, dropped_file, settled_ids
 
 STAGES = {m.STAGE: m for m in (rubrics, pairs, filters)}
 
@@ -39,7 +39,7 @@ def persona_of(record) -> str:
 
 
 @task(name="shard", cache_policy=NO_CACHE)
-async def run_shard(stage: str, cfg: RunConfig, shard_dir: str, inputs: list) -> dict:
+async def run_shard(stage: str, cfg: RunConfig, shard_dir: str, inputs: Records) -> dict:
     fn = STAGES[stage].run
     cache = ResponseCache(cfg.cache_path)
     llm = LLM(cfg.model, cache)
@@ -70,19 +70,29 @@ def merge(stage: str, run_dir: Path) -> None:
         shutil.rmtree(shard)
 
 
-async def run_sharded(stage: str, cfg: RunConfig, llm: LLM, run_dir: Path, inputs: list, n: int):
-    """Run `stage` over `inputs` as `n` shard tasks on the current flow's task runner."""
+async def run_sharded(stage: str, cfg: RunConfig, llm: LLM, run_dir: Path, inputs: Records, n: int):
+    """Run `stage` over `inputs` as `n` shard tasks on the current flow's task runner. A shard
+    task gets its slice as Records (the input file and the ids it owns), not as records."""
     merge(stage, run_dir)  # shards left by an interrupted run count as done
     mod = STAGES[stage]
     out = StageFile(run_dir, stage, mod.OUTPUT)
     done = settled_ids(stage, out, mod.output_id, run_dir, getattr(mod, "unsettled", None))
-    groups: dict[int, list] = {}
+    groups: dict[int, list[str]] = {}
+    todo: set[int] = set()
     for x in inputs:  # a shard gets all of its personas' records, as filters needs them
-        groups.setdefault(int(stable_id(persona_of(x)), 16) % n, []).append(x)
+        k = int(stable_id(persona_of(x)), 16) % n
+        groups.setdefault(k, []).append(inputs.key(x))
+        if mod.input_id(x) not in done:
+            todo.add(k)
     futures = [
-        run_shard.submit(stage, cfg, str(run_dir / "shards" / stage / f"{k:03d}"), group)
-        for k, group in sorted(groups.items())
-        if any(mod.input_id(x) not in done for x in group)
+        run_shard.submit(
+            stage,
+            cfg,
+            str(run_dir / "shards" / stage / f"{k:03d}"),
+            Records(inputs.file, inputs.key, ids),
+        )
+        for k, ids in sorted(groups.items())
+        if k in todo
     ]
     for future in futures:
         usage = await asyncio.to_thread(future.result)

@@ -85,21 +85,43 @@ class StageFile:
             )
             f.truncate(keep)
 
-    def read(self) -> Iterator[M]:
+    def _lines(self) -> Iterator[tuple[int, int, bytes]]:
+        """(line number, byte offset, line) of every non-blank line, a torn tail cut off first."""
         self._repair_tail()
         if not self.path.exists():
             return
-        with open(self.path, encoding="utf-8") as f:
+        offset = 0
+        with open(self.path, "rb") as f:
             for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    yield self.model.model_validate_json(line)
-                except ValidationError as e:
-                    raise StageFileError(
-                        f"{self.path}:{lineno}: not a valid {self.model.__name__}: "
-                        f"{str(e).splitlines()[0]}"
-                    ) from None
+                if line.strip():
+                    yield lineno, offset, line
+                offset += len(line)
+
+    def _parse(self, lineno: int, line: bytes) -> M:
+        try:
+            return self.model.model_validate_json(line)
+        except ValidationError as e:
+            raise StageFileError(
+                f"{self.path}:{lineno}: not a valid {self.model.__name__}: {str(e).splitlines()[0]}"
+            ) from None
+
+    def read(self) -> Iterator[M]:
+        for lineno, _, line in self._lines():
+            yield self._parse(lineno, line)
+
+    def latest_offsets(self, key) -> dict:
+        """key -> byte offset of the last line written for it (a retried record supersedes its
+        earlier line). Holds keys and numbers, never records."""
+        return {key(self._parse(n, line)): offset for n, offset, line in self._lines()}
+
+    def read_at(self, offsets: Iterable[int]) -> Iterator[M]:
+        """The records starting at `offsets`, in the order given."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb") as f:
+            for offset in offsets:
+                f.seek(offset)
+                yield self._parse(0, f.readline())
 
     def write_all(self, records: Iterable[BaseModel]) -> int:
         n = 0
@@ -144,10 +166,49 @@ def latest(records: Iterable[M], key) -> list[M]:
     return list(by_key.values())
 
 
+class Records:
+    """The latest record per key of a stage file, only keys in `wanted` if given: what one
+    stage hands the next. It is read from disk on each pass (in file order) and never held in
+    memory, so a stage of 50,000 records costs the next stage an index of ids and offsets.
+    Iterable more than once, picklable (for shard tasks), opaque to Prefect's parameter walk."""
+
+    def __init__(self, file: StageFile, key, wanted: Iterable | None = None):
+        self.file, self.key = file, key
+        self.wanted = None if wanted is None else frozenset(wanted)
+        self._index: dict | None = None
+
+    def index(self) -> dict:
+        """key -> offset of its latest line, in file order; read once (the stage is finished)."""
+        if self._index is None:
+            found = self.file.latest_offsets(self.key)
+            if self.wanted is not None:
+                found = {k: o for k, o in found.items() if k in self.wanted}
+            self._index = dict(sorted(found.items(), key=lambda kv: kv[1]))
+        return self._index
+
+    def items(self) -> Iterator[tuple[int, M]]:
+        """(offset, record) in file order; an offset reads the record back with `read_at`."""
+        offsets = self.index().values()
+        return zip(offsets, self.file.read_at(offsets), strict=True)
+
+    def __iter__(self) -> Iterator[M]:
+        return (r for _, r in self.items())
+
+    def __len__(self) -> int:
+        return len(self.index())
+
+    def __repr__(self) -> str:  # Prefect logs task parameters by repr
+        n = "all" if self.wanted is None else len(self.wanted)
+        return f"Records({self.file.path}, wanted={n})"
+
+
 def settled_ids(stage: str, out: StageFile, output_id, run_dir: Path, unsettled=None) -> set:
     """Ids the stage need not process again: written as output (unless `unsettled` says the
     output itself records a transient failure) or dropped for a lasting reason."""
-    done = {output_id(r) for r in latest(out.read(), output_id) if not (unsettled and unsettled(r))}
+    settled: dict = {}
+    for r in out.read():  # the last line per id decides
+        settled[output_id(r)] = not (unsettled and unsettled(r))
+    done = {k for k, ok in settled.items() if ok}
     drops = latest(dropped_file(run_dir).read(), lambda d: (d.stage, d.id))
     return done | {d.id for d in drops if d.stage == stage and not is_transient(d.reason)}
 
@@ -182,7 +243,7 @@ async def process_stage(
 
     drops = dropped_file(run_dir)
     done = settled_ids(stage, out, output_id, run_dir, unsettled)
-    todo = [x for x in inputs if input_id(x) not in done]
+    todo = (x for x in inputs if input_id(x) not in done)  # streamed: `inputs` may be Records
     counts = {"done_before": len(done), "new": 0, "dropped": 0}
     with out.appender() as append, drops.appender() as append_drop:
 
@@ -205,7 +266,7 @@ async def process_stage(
             # a bounded pool of workers, not a task per record: a record's pending calls hold
             # their rendered prompts, so starting them all at once grows memory with the stage
             async with asyncio.TaskGroup() as tg:
-                for _ in range(min(RECORDS_IN_FLIGHT, len(todo))):
+                for _ in range(RECORDS_IN_FLIGHT):
                     tg.create_task(worker())
         except BaseExceptionGroup as group:
             # the first failure (e.g. a bad key) cancelled the rest: raise it plainly, so the

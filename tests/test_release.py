@@ -69,7 +69,7 @@ def rewrite(release: Path, category: str, change) -> None:
     rows = change(pq.read_table(path).to_pylist())
     ds = datasets.Dataset.from_list(rows, features=FEATURES)
     ds.to_parquet(str(path))
-    write_jsonl(ds, release / category / "test.jsonl")
+    write_jsonl(path, release / category / "test.jsonl")
     rehash(release)
 
 

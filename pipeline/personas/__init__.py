@@ -11,7 +11,7 @@ import heapq
 import json
 import logging
 import random
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,16 +217,22 @@ def sample_personas(personas: list[Persona], cfg: PersonaConfig, seed: int) -> l
                 sum(dims[x.dimension] for x in p.preferences) / n,
             )
 
-        # Lazy greedy: a persona's crowding only grows as the sample fills, so a stale heap key
-        # is a lower bound; re-score the top and take it if it still beats the next key. Picks
-        # are exactly those of the plain greedy (min by crowding, then shuffle order), in
-        # O(n log n) instead of O(n * per_category).
-        heap = [(crowding(p), i) for i, p in enumerate(pool)]
+        # Lazy greedy over groups: crowding depends only on a persona's preference levels, so
+        # personas that share them form one heap entry keyed by the group's next persona in
+        # shuffle order. A group's crowding only grows as the sample fills, so a stale key is a
+        # lower bound; re-score the top and take it if it still beats the next key. Picks are
+        # exactly those of the plain greedy (min by crowding, then shuffle order), and 50,000
+        # personas built from a few hundred profiles take seconds, not hours.
+        members: dict[tuple, deque[int]] = {}
+        for i, p in enumerate(pool):
+            key = tuple(sorted((x.dimension, x.level) for x in p.preferences))
+            members.setdefault(key, deque()).append(i)
+        heap = [(crowding(pool[q[0]]), q[0], key) for key, q in members.items()]
         heapq.heapify(heap)
         taken = 0
         while heap and taken < cfg.per_category:
-            _, i = heapq.heappop(heap)
-            fresh = (crowding(pool[i]), i)
+            _, i, key = heapq.heappop(heap)
+            fresh = (crowding(pool[i]), i, key)
             if heap and fresh > heap[0]:
                 heapq.heappush(heap, fresh)
                 continue
@@ -235,4 +241,8 @@ def sample_personas(personas: list[Persona], cfg: PersonaConfig, seed: int) -> l
             out.append(best)
             levels.update((x.dimension, x.level) for x in best.preferences)
             dims.update(x.dimension for x in best.preferences)
+            group = members[key]
+            group.popleft()
+            if group:
+                heapq.heappush(heap, (crowding(pool[group[0]]), group[0], key))
     return out
