@@ -89,7 +89,7 @@ async def run_sharded(stage: str, cfg: RunConfig, llm: LLM, run_dir: Path, input
             stage,
             cfg,
             str(run_dir / "shards" / stage / f"{k:03d}"),
-            Records(inputs.file, inputs.key, ids),
+            inputs.subset(ids),
         )
         for k, ids in sorted(groups.items())
         if k in todo

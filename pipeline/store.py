@@ -186,6 +186,12 @@ class Records:
             self._index = dict(sorted(found.items(), key=lambda kv: kv[1]))
         return self._index
 
+    def subset(self, wanted: Iterable) -> Records:
+        """The same file restricted to `wanted`, reusing this index (no re-read)."""
+        part = Records(self.file, self.key, wanted)
+        part._index = {k: o for k, o in self.index().items() if k in part.wanted}
+        return part
+
     def items(self) -> Iterator[tuple[int, M]]:
         """(offset, record) in file order; an offset reads the record back with `read_at`."""
         offsets = self.index().values()

@@ -56,6 +56,8 @@ def test_records_survive_pickling_for_shard_tasks(tmp_path):
     f = stage_file(tmp_path, drop("a", "x"), drop("b", "y"))
     copy = pickle.loads(pickle.dumps(Records(f, by_id, wanted={"b"})))
     assert [r.id for r in copy] == ["b"]
+    part = pickle.loads(pickle.dumps(Records(f, by_id).subset({"a"})))  # a shard's slice
+    assert [r.id for r in part] == ["a"]
 
 
 def test_records_cut_a_torn_tail_and_name_a_broken_line(tmp_path):
