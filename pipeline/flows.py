@@ -29,8 +29,7 @@ STAGES = ("personas", "questions", "rubrics", "pairs", "filters", "annotation", 
 
 @task(name="personas", cache_policy=NO_CACHE)
 def personas_task(cfg: RunConfig, run_dir: Path) -> int:
-    library = personas.source_personas(cfg.personas)  # the library or an imported source
-    sample = personas.sample_personas(library, cfg.personas, cfg.seed)
+    sample = personas.sampled(cfg.personas, cfg.seed)  # the library or an imported source
     return StageFile(run_dir, "personas", Persona).write_all(sample)
 
 

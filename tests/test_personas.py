@@ -398,6 +398,33 @@ def test_sampler_picks_exactly_what_the_plain_greedy_picks():
             assert got == plain_greedy(pool, cfg, seed), (seed, per_category)
 
 
+def test_a_build_samples_from_a_scanned_pool_and_reads_back_only_its_picks(tmp_path):
+    import yaml
+
+    from pipeline.personas import sampled
+
+    # the shipped JSONL library, plus a YAML file: both ways of reading a pick back
+    shutil.copytree(LIBRARY, tmp_path / "lib")
+    extra = [persona(f"yaml-{i}", CATEGORIES[i % 3]) for i in range(6)]
+    (tmp_path / "lib" / "extra.yaml").write_text(yaml.safe_dump(extra), encoding="utf-8")
+    whole = load_personas([tmp_path / "lib"])
+    for seed, per_category in ((0, 5), (4, 40)):
+        cfg = PersonaConfig(library=[str(tmp_path / "lib")], per_category=per_category)
+        got = list(sampled(cfg, seed))
+        assert got == sample_personas(whole, cfg, seed)  # same records, same order
+    assert any(p.persona_id.startswith("yaml-") for p in got)
+
+
+def test_a_library_file_changed_under_the_build_is_named(tmp_path):
+    from pipeline.personas import PersonaFileError, read_back, scan_pool
+
+    lib = write_jsonl(tmp_path / "lib.jsonl", [persona(f"p-{i}") for i in range(3)])
+    pool = scan_pool([lib])
+    write_jsonl(lib, [persona("other")] + [persona(f"p-{i}") for i in range(3)])
+    with pytest.raises(PersonaFileError, match=r"lib\.jsonl:2: changed while the build"):
+        list(read_back(pool[1:]))
+
+
 def test_questions_never_repeat_a_persona_question_pair():
     library = load_personas([LIBRARY])
     pool = load_questions([QUESTIONS])

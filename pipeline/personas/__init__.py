@@ -11,10 +11,13 @@ import heapq
 import json
 import logging
 import random
+import sys
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -26,6 +29,7 @@ log = logging.getLogger("prb.personas")
 
 TAXONOMY_PATH = "personas/taxonomy.yaml"
 DATA_SUFFIXES = {".jsonl", ".yaml", ".yml", ".json"}
+P = TypeVar("P")  # a Persona or a PoolPersona: the sampler reads id, category and levels
 
 
 class PersonaFileError(ValueError):
@@ -82,31 +86,62 @@ def data_files(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
+def _jsonl_records(path: Path) -> Iterator[tuple[int, int, dict | None, str | None]]:
+    """(line number, byte offset, record or None, problem or None) per non-blank JSONL line,
+    read line by line so that a large file is never in memory whole."""
+    offset = 0
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            start, offset = offset, offset + len(raw)
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                yield (
+                    lineno,
+                    start,
+                    None,
+                    f"{path}: not UTF-8 text ({e.reason} at byte {start + e.start})",
+                )
+                return
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                yield (
+                    lineno,
+                    start,
+                    None,
+                    f"{path}:{lineno}: broken JSON: {e.msg} (column {e.colno})",
+                )
+                continue
+            if isinstance(obj, dict):
+                yield lineno, start, obj, None
+            else:
+                yield lineno, start, None, f"{path}:{lineno}: a record must be a JSON object"
+
+
 def scan_records(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
     """(line, record) pairs from a JSONL file or a YAML/JSON list, plus one message per
     unreadable line. Line numbers are real ones in YAML too, so errors point at the record."""
+    records: list[tuple[int, dict]] = []
+    problems: list[str] = []
+    if path.suffix == ".jsonl":
+        try:
+            for lineno, _, obj, problem in _jsonl_records(path):
+                if problem:
+                    problems.append(problem)
+                else:
+                    records.append((lineno, obj))
+        except OSError as e:
+            return [], [f"{path}: cannot read: {e}"]
+        return records, problems
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         return [], [f"{path}: not UTF-8 text ({e.reason} at byte {e.start})"]
     except OSError as e:
         return [], [f"{path}: cannot read: {e}"]
-    records: list[tuple[int, dict]] = []
-    problems: list[str] = []
-    if path.suffix == ".jsonl":
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as e:
-                problems.append(f"{path}:{lineno}: broken JSON: {e.msg} (column {e.colno})")
-                continue
-            if isinstance(obj, dict):
-                records.append((lineno, obj))
-            else:
-                problems.append(f"{path}:{lineno}: a record must be a JSON object")
-        return records, problems
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
@@ -186,15 +221,102 @@ def source_questions(cfg: PersonaConfig) -> list[Question]:
     return load_external(cfg.source)[1]
 
 
+class PoolLevel(NamedTuple):
+    dimension: str
+    level: str
+
+
+class PoolPersona(NamedTuple):
+    """What the sampler reads of a library persona; the full record stays on disk until
+    picked, so a pool of 50,000 costs ids and levels, not records (bench/scale.py)."""
+
+    persona_id: str
+    category: str
+    preferences: tuple[PoolLevel, ...]
+    path: Path
+    lineno: int
+    at: int  # JSONL: the line's byte offset; YAML/JSON: the record's position in the file
+
+
+def _records_at(path: Path) -> Iterator[tuple[int, int, dict]]:
+    """(line, position, record) of one persona file; the first unreadable record raises."""
+    if path.suffix != ".jsonl":
+        for at, (lineno, obj) in enumerate(read_records(path)):
+            yield lineno, at, obj
+        return
+    try:
+        for lineno, at, obj, problem in _jsonl_records(path):
+            if problem:
+                raise PersonaFileError(problem)
+            yield lineno, at, obj
+    except OSError as e:
+        raise PersonaFileError(f"{path}: cannot read: {e}") from None
+
+
+def scan_pool(paths: Iterable[str | Path]) -> list[PoolPersona]:
+    """Every persona of the library files, validated as a whole record, kept as a PoolPersona."""
+    paths = list(paths)
+    pool = []
+    for f in data_files(paths):
+        for lineno, at, obj in _records_at(f):
+            p = _parse(f, lineno, obj, Persona)
+            levels = tuple(
+                PoolLevel(sys.intern(x.dimension), sys.intern(x.level)) for x in p.preferences
+            )
+            pool.append(PoolPersona(p.persona_id, p.category, levels, f, lineno, at))
+    if not pool:
+        raise PersonaFileError(f"no personas found in {', '.join(map(str, paths))}")
+    return pool
+
+
+def read_back(picks: Iterable[PoolPersona]) -> Iterator[Persona]:
+    """The whole records of `picks`, in their order: a JSONL line by its byte offset, other
+    files (small, hand-written YAML/JSON) from their parsed list."""
+    parsed: dict[Path, list[tuple[int, dict]]] = {}
+    with ExitStack() as stack:
+        handles = {}
+        for pick in picks:
+            if pick.path.suffix == ".jsonl":
+                if pick.path not in handles:
+                    handles[pick.path] = stack.enter_context(open(pick.path, "rb"))
+                f = handles[pick.path]
+                f.seek(pick.at)
+                try:
+                    obj = json.loads(f.readline())
+                except ValueError:
+                    obj = None
+            else:
+                if pick.path not in parsed:
+                    parsed[pick.path] = read_records(pick.path)
+                found = parsed[pick.path]
+                obj = found[pick.at][1] if pick.at < len(found) else None
+            if not isinstance(obj, dict) or obj.get("persona_id") != pick.persona_id:
+                raise PersonaFileError(
+                    f"{pick.path}:{pick.lineno}: changed while the build was reading it "
+                    f"(expected persona {pick.persona_id!r}); run the build again"
+                )
+            yield _parse(pick.path, pick.lineno, obj, Persona)
+
+
+def sampled(cfg: PersonaConfig, seed: int) -> Iterable[Persona]:
+    """A build's sample, in pick order. From the library, the pool is scanned as PoolPersonas
+    and only the picks are read back whole (a generator: the stage writes them as they come);
+    an imported source is loaded whole."""
+    if cfg.source == "library":
+        return read_back(sample_personas(scan_pool(cfg.library), cfg, seed))
+    return sample_personas(source_personas(cfg), cfg, seed)
+
+
 # --- sampling ---------------------------------------------------------------------------------
 
 
-def sample_personas(personas: list[Persona], cfg: PersonaConfig, seed: int) -> list[Persona]:
+def sample_personas(personas: Sequence[P], cfg: PersonaConfig, seed: int) -> list[P]:
     """`per_category` personas from each configured category, the same for the same seed.
 
     Within a category each next persona is the one whose preference levels are least covered
     by the sample so far (then whose dimensions are), so the sample spreads over contradicting
     levels of every dimension instead of clustering; ties keep a seeded shuffle order.
+    `personas` are Persona records or the sampler's PoolPersona view of them.
     """
     rng = random.Random(f"personas:{seed}")
     out: list[Persona] = []
