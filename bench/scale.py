@@ -6,8 +6,9 @@ peak RSS of each process. Target: under 1.5 GiB.
 
 Synthetic personas are library personas with new ids (profile item ids renamed to match) and a
 rotated profile order, so every one is valid and distinct. The model stages run as real
-`prb build` processes at the given sizes (smallest first); when the largest is below N, peak
-RSS at N is extrapolated linearly from the smallest and largest (and said to be one).
+`prb build` processes at the given sizes; when the largest is below N, peak RSS at N is
+extrapolated linearly from the smallest and largest (and said to be one). Each figure is the
+measured process's own VmHWM, read at its exit (see `vm_hwm_gib`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -65,7 +65,7 @@ def no_model_stages(library: str, per_category: int, out: str) -> None:
     t1 = time.monotonic()
     n_tasks = len(questions_task.fn(cfg, run_dir))
     t2 = time.monotonic()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
+    peak = vm_hwm_gib()
     print(
         json.dumps(
             {
@@ -79,18 +79,41 @@ def no_model_stages(library: str, per_category: int, out: str) -> None:
     )
 
 
-def run_measured(cmd: list[str]) -> tuple[str, float]:
-    """Run `cmd` to the end; its stdout and its own peak RSS in GiB (os.wait4 gives this
-    child's rusage alone, where RUSAGE_CHILDREN is the max over every child so far)."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=err, text=True)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+def vm_hwm_gib() -> float:
+    """This process's peak RSS since its exec (VmHWM). Not ru_maxrss: on Linux that carries
+    over the spawning parent's peak through fork/exec, so a child would report at least the
+    benchmark process's own size."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024**2
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+# runs `python -m <module> <args>` and writes its VmHWM to PRB_BENCH_PEAK_FILE at exit
+PEAK_WRAPPER = """
+import atexit, os, runpy, sys
+sys.path.insert(0, "bench")
+from scale import vm_hwm_gib
+atexit.register(lambda: open(os.environ["PRB_BENCH_PEAK_FILE"], "w").write(repr(vm_hwm_gib())))
+sys.argv = sys.argv[1:]
+runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+"""
+
+
+def run_measured(module: str, *args: str) -> tuple[str, float]:
+    """`python -m module args` to the end; its stdout and its own peak RSS in GiB."""
+    with tempfile.TemporaryDirectory() as tmp:
+        peak_file = Path(tmp) / "peak"
+        proc = subprocess.run(
+            [sys.executable, "-c", PEAK_WRAPPER, module, *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PRB_BENCH_PEAK_FILE": str(peak_file)},
+        )
         if proc.returncode:
-            err.seek(0)
-            raise SystemExit(err.read()[-3000:])
-        out.seek(0)
-        return out.read(), usage.ru_maxrss / 1024**2
+            raise SystemExit(proc.stderr[-3000:])
+        return proc.stdout, float(peak_file.read_text())
 
 
 def model_build(library: Path, per_category: int, url: str, folder: Path) -> dict:
@@ -101,9 +124,7 @@ def model_build(library: Path, per_category: int, url: str, folder: Path) -> dic
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(yaml.safe_dump(data))
     t0 = time.monotonic()
-    _, peak = run_measured(
-        [sys.executable, "-m", "pipeline.cli", "build", "--config", str(folder / "config.yaml")]
-    )
+    _, peak = run_measured("pipeline.cli", "build", "--config", str(folder / "config.yaml"))
     stats = json.loads((folder / "outputs" / "scale" / "run_stats.json").read_text())
     return {
         "personas": 3 * per_category,
@@ -127,12 +148,10 @@ def main() -> None:
     print(f"synthesised {3 * per_category} personas into {library}")
 
     if not args.skip_no_model:
-        code = (
-            "import sys; sys.path.insert(0, 'bench'); import scale; "
-            f"scale.no_model_stages({str(library)!r}, {per_category}, {str(tmp / 'nomodel')!r})"
-        )
         t0 = time.monotonic()
-        out, _ = run_measured([sys.executable, "-c", code])
+        out, _ = run_measured(
+            "scale", "no-model", str(library), str(per_category), str(tmp / "nomodel")
+        )
         r = json.loads(out.strip().splitlines()[-1])
         print(
             f"no-model stages: {r['personas']} personas, {r['tasks']} tasks; personas "
@@ -168,4 +187,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["no-model"]:  # the child process of the no-model measurement
+        no_model_stages(sys.argv[2], int(sys.argv[3]), sys.argv[4])
+    else:
+        main()
