@@ -23,7 +23,14 @@ from pathlib import Path
 
 from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig
-from pipeline.llm import LLM, CallResult, PermanentLLMError, _Unparseable, parse_output
+from pipeline.llm import (
+    LLM,
+    CallResult,
+    PermanentLLMError,
+    _Unparseable,
+    parse_output,
+    read_completion,
+)
 from pipeline.prompts import Prompt
 from pipeline.records import BatchJob
 from pipeline.store import StageFile, atomic_write
@@ -179,11 +186,18 @@ class BatchLLM(LLM):
         response = out.get("response") or {}
         if cid not in bodies or response.get("status_code") != 200:
             return 0  # its call falls back to the online path
+        try:
+            content, finish_reason, usage = read_completion(response.get("body"))
+        except _Unparseable:
+            return 0
+        if cid in chunk:  # tokens count for the run that paid for them
+            stage = self.usage[chunk[cid][0]]
+            stage.prompt_tokens += usage.get("prompt_tokens", 0) or 0
+            stage.completion_tokens += usage.get("completion_tokens", 0) or 0
+        if finish_reason in ("length", "content_filter"):
+            return 0  # never cached: the online path retries a cut-off answer, drops a refusal
         task, key = cid.split(":", 1)
         body = dict(bodies[cid])
-        choices = response["body"].get("choices") or [{}]
-        content = (choices[0].get("message") or {}).get("content") or ""
-        usage = response["body"].get("usage") or {}
         model, messages, seed = body.pop("model"), body.pop("messages"), body.pop("seed")
         self.cache.put(
             key,
@@ -193,8 +207,4 @@ class BatchLLM(LLM):
             content=content,
             usage={**usage, "batch": True},  # cost.py prices batch tokens at the batch discount
         )
-        if cid in chunk:  # tokens count for the run that paid for them
-            stage = self.usage[chunk[cid][0]]
-            stage.prompt_tokens += usage.get("prompt_tokens", 0) or 0
-            stage.completion_tokens += usage.get("completion_tokens", 0) or 0
         return 1

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 
 import httpx2  # the HTTP library of this openai release
 import openai
-from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 from tenacity import (
     AsyncRetrying,
@@ -118,6 +117,22 @@ def parse_output(content: str, schema: type[BaseModel] | None) -> BaseModel | st
         raise _Unparseable(f"{schema.__name__}: {str(e).splitlines()[0][:200]}") from None
 
 
+def read_completion(body: bytes | dict | None) -> tuple[str, str | None, dict]:
+    """Content, finish reason and token usage of a chat completion (its JSON body, or that body
+    parsed). A truncated, garbled or non-completion body is transient, like a 5xx."""
+    try:
+        data = json.loads(body) if isinstance(body, bytes | str) else body
+        choices = data["choices"]
+        choice = choices[0] if choices else {}
+        content = (choice.get("message") or {}).get("content") or ""
+        tokens = data.get("usage") or {}
+        if not isinstance(content, str) or not isinstance(tokens, dict):
+            raise TypeError(type(content).__name__)
+    except (ValueError, LookupError, TypeError, AttributeError) as e:
+        raise _Unparseable(f"response body is not a chat completion: {type(e).__name__}") from None
+    return content, choice.get("finish_reason"), tokens
+
+
 def _retry_after(exc: BaseException | None) -> float | None:
     response = getattr(exc, "response", None)
     value = response.headers.get("retry-after") if response is not None else None
@@ -207,33 +222,25 @@ class LLM:
         async def attempt() -> CallResult:
             async with self.semaphore:
                 usage.calls += 1
-                try:
-                    # the client's generic `post` for the chat-completions endpoint: the same
-                    # request, retries-off client and typed response as `chat.completions.create`,
-                    # without its recursive transform of `messages` (plain dicts of strings here),
-                    # which cost ~1.6 ms of CPU per call (bench/throughput.py)
-                    response = await self.client.post(
-                        "/chat/completions",
-                        cast_to=ChatCompletion,
-                        body={"model": model, "messages": messages, "seed": seed, **prompt.params},
-                        options={"headers": {TASK_HEADER: prompt.task}},
-                    )
-                except (json.JSONDecodeError, openai.APIResponseValidationError) as e:
-                    # a truncated or garbled body: transient, like a 5xx
-                    raise _Unparseable(f"response body: {type(e).__name__}") from None
-            if not isinstance(response, ChatCompletion):  # a 200 whose body is not JSON
-                raise _Unparseable(f"response body is not a chat completion: {response!r:.60}")
-            if response.usage is not None:
-                usage.prompt_tokens += response.usage.prompt_tokens or 0
-                usage.completion_tokens += response.usage.completion_tokens or 0
-            choice = response.choices[0] if response.choices else None
-            if choice is not None and choice.finish_reason == "content_filter":
+                # the client's generic `post` for the chat-completions endpoint, returning the
+                # raw response: the same request and errors as `chat.completions.create` without
+                # its recursive transform of `messages` and typed build of the answer (~1.6 and
+                # ~0.6 ms of CPU per call; bench/throughput.py); we read four fields of it
+                response = await self.client.post(
+                    "/chat/completions",
+                    cast_to=httpx2.Response,
+                    body={"model": model, "messages": messages, "seed": seed, **prompt.params},
+                    options={"headers": {TASK_HEADER: prompt.task}},
+                )
+            content, finish_reason, tokens = read_completion(response.content)
+            usage.prompt_tokens += tokens.get("prompt_tokens") or 0
+            usage.completion_tokens += tokens.get("completion_tokens") or 0
+            if finish_reason == "content_filter":
                 # the provider refused: asking again gives the same refusal, so no retry
                 raise LLMError("content_filter", f"{prompt.task}: answer withheld by the filter")
-            if choice is not None and choice.finish_reason == "length":
+            if finish_reason == "length":
                 # cut off at max_tokens: a text answer would parse but be incomplete; never cache it
                 raise _Unparseable(f"{prompt.task}: answer cut off (finish_reason=length)")
-            content = (choice.message.content if choice else None) or ""
             value = parse_output(content, prompt.output)
             self.cache.put(
                 key,
@@ -241,7 +248,7 @@ class LLM:
                 model=model,
                 request={"messages": messages, "params": prompt.params, "seed": seed},
                 content=content,
-                usage=response.usage.model_dump() if response.usage else {},
+                usage=tokens,
             )
             return CallResult(value, content, key, False)
 

@@ -10,10 +10,11 @@ from pathlib import Path
 import httpx
 from conftest import build, write_config
 
-from pipeline.batch import BatchLLM
+from pipeline.batch import ENDPOINT, BatchLLM
 from pipeline.cache import ResponseCache
 from pipeline.config import load_config
 from pipeline.prompts import load_prompt
+from pipeline.sim.batches import answer_line
 
 
 def build_batch(config: Path) -> dict:
@@ -106,3 +107,38 @@ def test_rerun_collects_a_recorded_batch_instead_of_resubmitting(tmp_path, sim_f
     assert usage["pairs"]["calls"] == 0 and usage["pairs"]["cache_hits"] == 5
     states = [json.loads(x)["state"] for x in (run_dir / "batches.jsonl").read_text().splitlines()]
     assert states == ["submitted", "collected"]
+
+
+def test_a_cut_off_refused_or_garbled_batch_answer_is_not_cached_but_its_tokens_count(
+    tmp_path, sim_url
+):
+    """Such a line falls back to the online path (a cut-off answer is retried there, a refusal
+    dropped), as an unanswered line does; its tokens were paid, so they are counted."""
+    task = load_prompt("content_plan").task
+    body = {"model": "prb-sim-1", "messages": [{"role": "user", "content": "Hi?"}], "seed": 1}
+    cases = {"stop": "k0", "length": "k1", "content_filter": "k2", "garbled": "k3"}
+
+    async def store_each() -> tuple[dict, dict, ResponseCache]:
+        cfg = load_config(write_config(tmp_path, sim_url))
+        cache = ResponseCache(cfg.cache_path)
+        llm = BatchLLM(cfg, cache, tmp_path / "run")
+        stored, tokens = {}, 0
+        for finish, key in cases.items():
+            cid = f"{task}:{key}"
+            line = answer_line({"custom_id": cid, "url": ENDPOINT, "body": body}, ("prb-sim-1",), 0)
+            completion = line["response"]["body"]
+            if finish == "garbled":
+                line["response"]["body"] = {"choices": "not a list of choices"}
+            else:
+                completion["choices"][0]["finish_reason"] = finish
+                tokens += completion["usage"]["total_tokens"]
+            stored[finish] = llm._store(line, {cid: body}, {cid: ("pairs", body, None)})
+        usage = llm.usage_dict()["pairs"]
+        assert usage["prompt_tokens"] + usage["completion_tokens"] == tokens > 0
+        await llm.aclose()
+        return stored, cache
+
+    stored, cache = asyncio.run(store_each())
+    assert stored == {"stop": 1, "length": 0, "content_filter": 0, "garbled": 0}
+    assert [cache.get(key) is not None for key in cases.values()] == [True, False, False, False]
+    cache.close()
