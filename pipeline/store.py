@@ -97,22 +97,22 @@ class StageFile:
                     yield lineno, offset, line
                 offset += len(line)
 
-    def _parse(self, lineno: int, line: bytes) -> M:
+    def _parse(self, where: str, line: bytes) -> M:
         try:
             return self.model.model_validate_json(line)
         except ValidationError as e:
             raise StageFileError(
-                f"{self.path}:{lineno}: not a valid {self.model.__name__}: {str(e).splitlines()[0]}"
+                f"{self.path}{where}: not a valid {self.model.__name__}: {str(e).splitlines()[0]}"
             ) from None
 
     def read(self) -> Iterator[M]:
         for lineno, _, line in self._lines():
-            yield self._parse(lineno, line)
+            yield self._parse(f":{lineno}", line)
 
     def latest_offsets(self, key) -> dict:
         """key -> byte offset of the last line written for it (a retried record supersedes its
         earlier line). Holds keys and numbers, never records."""
-        return {key(self._parse(n, line)): offset for n, offset, line in self._lines()}
+        return {key(self._parse(f":{n}", line)): offset for n, offset, line in self._lines()}
 
     def read_at(self, offsets: Iterable[int]) -> Iterator[M]:
         """The records starting at `offsets`, in the order given."""
@@ -121,7 +121,7 @@ class StageFile:
         with open(self.path, "rb") as f:
             for offset in offsets:
                 f.seek(offset)
-                yield self._parse(0, f.readline())
+                yield self._parse(f" (byte {offset})", f.readline())
 
     def write_all(self, records: Iterable[BaseModel]) -> int:
         n = 0

@@ -76,3 +76,13 @@ def test_records_cut_a_torn_tail_and_name_a_broken_line(tmp_path):
 def test_a_missing_stage_file_is_empty(tmp_path):
     records = Records(StageFile(tmp_path, "rubrics", Dropped), by_id)
     assert list(records) == [] and len(records) == 0
+
+
+def test_a_line_rewritten_after_indexing_is_named_by_its_byte_offset(tmp_path):
+    f = stage_file(tmp_path, drop("a", "x"), drop("b", "y"))
+    records = Records(f, by_id)
+    offset_b = records.index()["b"]
+    text = f.path.read_bytes()
+    f.path.write_bytes(text[:offset_b] + b'{"id": "b"}\n')  # changed under a running build
+    with pytest.raises(StageFileError, match=rf"pairs\.jsonl \(byte {offset_b}\): not a valid"):
+        list(records)
