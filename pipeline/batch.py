@@ -191,9 +191,7 @@ class BatchLLM(LLM):
         except _Unparseable:
             return 0
         if cid in chunk:  # tokens count for the run that paid for them
-            stage = self.usage[chunk[cid][0]]
-            stage.prompt_tokens += usage.get("prompt_tokens", 0) or 0
-            stage.completion_tokens += usage.get("completion_tokens", 0) or 0
+            self.usage[chunk[cid][0]].add_tokens(usage)
         if finish_reason in ("length", "content_filter"):
             return 0  # never cached: the online path retries a cut-off answer, drops a refusal
         task, key = cid.split(":", 1)

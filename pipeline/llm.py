@@ -86,6 +86,11 @@ class StageUsage:
     retries: Counter = field(default_factory=Counter)  # by exception kind
     failures: Counter = field(default_factory=Counter)
 
+    def add_tokens(self, tokens: dict) -> None:
+        """Count a completion's `usage` (an online answer or a batch line: the same dict)."""
+        self.prompt_tokens += tokens.get("prompt_tokens") or 0
+        self.completion_tokens += tokens.get("completion_tokens") or 0
+
     def as_dict(self) -> dict:
         return {
             "calls": self.calls,
@@ -233,8 +238,7 @@ class LLM:
                     options={"headers": {TASK_HEADER: prompt.task}},
                 )
             content, finish_reason, tokens = read_completion(response.content)
-            usage.prompt_tokens += tokens.get("prompt_tokens") or 0
-            usage.completion_tokens += tokens.get("completion_tokens") or 0
+            usage.add_tokens(tokens)
             if finish_reason == "content_filter":
                 # the provider refused: asking again gives the same refusal, so no retry
                 raise LLMError("content_filter", f"{prompt.task}: answer withheld by the filter")

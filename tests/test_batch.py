@@ -118,7 +118,7 @@ def test_a_cut_off_refused_or_garbled_batch_answer_is_not_cached_but_its_tokens_
     body = {"model": "prb-sim-1", "messages": [{"role": "user", "content": "Hi?"}], "seed": 1}
     cases = {"stop": "k0", "length": "k1", "content_filter": "k2", "garbled": "k3"}
 
-    async def store_each() -> tuple[dict, dict, ResponseCache]:
+    async def store_each() -> tuple[dict, ResponseCache]:
         cfg = load_config(write_config(tmp_path, sim_url))
         cache = ResponseCache(cfg.cache_path)
         llm = BatchLLM(cfg, cache, tmp_path / "run")
