@@ -1,29 +1,36 @@
 # Every target creates/uses .venv itself; versions are pinned in pyproject.toml + requirements.lock.
+# `make demo` installs only what the demo runs; the tests add the dev tools and the `hf` extra
+# (torch, transformers) that the HF reward-model tests use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-stamp
+BASE := $(VENV)/.installed-base
+FULL := $(VENV)/.installed-test
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 export HF_HUB_OFFLINE := 1
 
 .PHONY: demo test lint install clean
 
-$(STAMP): pyproject.toml requirements.lock
+$(BASE): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -c requirements.lock -e .
+	touch $(BASE)
+
+$(FULL): $(BASE)
 	$(PY) -m pip install -q -c requirements.lock -e ".[dev,hf]"
-	touch $(STAMP)
+	touch $(FULL)
 
-install: $(STAMP)
+install: $(FULL)
 
-demo: $(STAMP)
+demo: $(BASE)
 	$(VENV)/bin/prb demo
 
-test: $(STAMP)
+test: $(FULL)
 	$(VENV)/bin/ruff check pipeline tests bench
 	$(VENV)/bin/pytest -q
 
-lint: $(STAMP)
+lint: $(FULL)
 	$(VENV)/bin/ruff check pipeline tests bench
 	$(VENV)/bin/ruff format --check pipeline tests bench
 

@@ -27,7 +27,9 @@ step "build demo run $RUN_ID and export blinded batches"
 "$PRB" demo --run-id "$RUN_ID" >"$WORK/demo.log" 2>&1 || { tail -20 "$WORK/demo.log"; exit 1; }
 tail -4 "$WORK/demo.log"
 RUN_DIR="$REPO/outputs/$RUN_ID"
-"$PRB" annotate export "$RUN_DIR" --batch-size 8 --annotators 1 --force
+# Label Studio names annotators by their numeric user id (the first user is 1): the pool must
+# hold the ids the tool will report, since prb refuses labels from unassigned annotators
+"$PRB" annotate export "$RUN_DIR" --batch-size 8 --annotators 1 --pool 1 --force
 
 step "start label-studio on 127.0.0.1:$LS_PORT"
 TOKEN="$(python3 -c 'import secrets; print(secrets.token_hex(20))')"

@@ -25,6 +25,7 @@ from statsmodels.stats.proportion import proportion_confint
 
 from pipeline import filters, pairs, rubrics
 from pipeline.config import FilterConfig, resolve_path
+from pipeline.errors import PrbError
 from pipeline.records import (
     AnnotationRecord,
     Dropped,
@@ -41,7 +42,7 @@ WORST_N = 10
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
-class AuditError(ValueError):
+class AuditError(PrbError, ValueError):
     pass
 
 

@@ -21,6 +21,7 @@ import json
 import logging
 from pathlib import Path
 
+from pipeline import progress
 from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig
 from pipeline.llm import (
@@ -163,6 +164,7 @@ class BatchLLM(LLM):
         """Poll until the batch ends, then write every answered line into the cache."""
         while True:
             batch = await self.client.batches.retrieve(job.batch_id)
+            progress.batch(job.batch_id, batch.status, batch.request_counts)
             if batch.status in TERMINAL:
                 break
             await asyncio.sleep(self.batch_cfg.poll_s)

@@ -23,6 +23,7 @@ import pandas as pd
 from scipy import stats
 from sklearn.metrics import ndcg_score
 
+from pipeline.errors import PrbError
 from pipeline.evaluate import slug, to_markdown
 from pipeline.llm import LLM, LLMError, PermanentLLMError
 from pipeline.prompts import load_prompt
@@ -32,7 +33,7 @@ from pipeline.rewards import Query, RewardModel, user_context
 STAGE = "eval_bon"
 
 
-class CandidatesError(ValueError):
+class CandidatesError(PrbError, ValueError):
     """A candidates file that cannot be used; the message names the file and line."""
 
 

@@ -13,6 +13,8 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from pipeline.errors import DiskFullError, PrbError, StorageError, is_disk_full
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
     key TEXT PRIMARY KEY,
@@ -42,9 +44,18 @@ class ResponseCache:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as e:
+            self._db.close()
+            if is_disk_full(e):
+                raise DiskFullError(self.path) from None
+            raise PrbError(
+                f"{self.path}: not a usable response cache ({e}); move it aside and rerun "
+                "(the calls it held will be made again)"
+            ) from None
 
     def get(self, key: str) -> tuple[str, dict] | None:
         with self._lock:
@@ -54,11 +65,16 @@ class ResponseCache:
         return None if row is None else (row[0], json.loads(row[1]))
 
     def put(self, key: str, *, task: str, model: str, request: dict, content: str, usage: dict):
+        row = (key, task, model, json.dumps(request, sort_keys=True), content, json.dumps(usage))
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)",
-                (key, task, model, json.dumps(request, sort_keys=True), content, json.dumps(usage)),
-            )
+            try:
+                self._db.execute("INSERT OR REPLACE INTO responses VALUES (?, ?, ?, ?, ?, ?)", row)
+            except sqlite3.OperationalError as e:
+                if is_disk_full(e):
+                    raise DiskFullError(self.path) from None
+                if "disk I/O error" in str(e):  # SQLite's word for a write the OS refused
+                    raise StorageError(self.path) from None
+                raise
 
     def delete(self, key: str) -> None:
         with self._lock:

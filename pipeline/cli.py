@@ -3,23 +3,68 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import time
 from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from pipeline.config import REPO_ROOT, ConfigError
+from pipeline.config import REPO_ROOT
 
 app = typer.Typer(help="Build Personalized RewardBench-style benchmarks.", no_args_is_help=True)
 console = Console()
+errors = Console(stderr=True)
+
+
+def fail(message: str, code: int) -> typer.Exit:
+    """One line on stderr, then the exit code (see pipeline/errors.py for the codes)."""
+    errors.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def guarded(fn):
+    """Every command: an error the user can act on is one line and an exit code, never a
+    traceback; anything else is a bug and keeps its traceback."""
+
+    @functools.wraps(fn)
+    def command(*args, **kwargs):
+        from prefect.exceptions import TerminationSignal
+
+        from pipeline.errors import DiskFullError, PrbError, Terminated, is_disk_full
+        from pipeline.llm import PermanentLLMError
+
+        try:
+            return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise fail("interrupted; nothing finished is lost", 130) from None
+        except (Terminated, TerminationSignal):
+            raise fail("terminated; nothing finished is lost", 143) from None
+        except PermanentLLMError as e:
+            raise fail(f"the endpoint refused the run (not retried): {e}", 4) from None
+        except PrbError as e:
+            raise fail(str(e), e.exit_code) from None
+        except OSError as e:
+            if is_disk_full(e):
+                full = DiskFullError(e.filename or "the outputs folder")
+                raise fail(str(full), full.exit_code) from None
+            if e.filename:
+                raise fail(f"{e.filename}: {e.strerror}", 2) from None
+            raise
+
+    return command
 
 
 def _exit_on_sigterm() -> None:
-    # SystemExit unwinds normally, so Prefect shuts down its temporary server with us
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(SystemExit(143)))
+    from pipeline.errors import Terminated
+
+    def terminate(*_) -> None:
+        raise Terminated  # unwinds every `finally` (the lock, the Prefect server)
+
+    signal.signal(signal.SIGTERM, terminate)
     # and Ctrl-C / kill -INT, even when started from a script that ignores SIGINT (`cmd &`)
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
@@ -33,15 +78,32 @@ def run_build(
     shards: int = 8,
     force_new_run: bool = False,
 ) -> dict:
+    """The build flow with prb's own Prefect server, console and progress display. Interrupted
+    (Ctrl-C, SIGTERM), it says how to resume and exits 130 or 143 (no traceback)."""
+    from pipeline import cost, prefect_env, progress
+    from pipeline.config import load_config
+
+    path = str(config) if config else None
+    cfg = load_config(path, **overrides)  # a bad config fails here, before Prefect starts
+    resume = f"rerun `prb build{f' --config {config}' if config else ''} --run-id {cfg.run_id}`"
+    _exit_on_sigterm()
+    from prefect.exceptions import TerminationSignal
+
+    from pipeline.errors import Terminated
     from pipeline.flows import build
 
-    _exit_on_sigterm()
-    path = str(config) if config else None
-    if runner == "dask":
-        from pipeline.shards import run_on_dask
+    try:
+        with prefect_env.api_server(), progress.showing(errors, price=cost.pricer(cfg)):
+            prefect_env.quiet_console()
+            if runner == "dask":
+                from pipeline.shards import run_on_dask
 
-        return run_on_dask(build, path, overrides, address=address, shards=shards)
-    return asyncio.run(build(path, overrides, mode=mode, force_new_run=force_new_run))
+                return run_on_dask(build, path, overrides, address=address, shards=shards)
+            return asyncio.run(build(path, overrides, mode=mode, force_new_run=force_new_run))
+    except KeyboardInterrupt:
+        raise fail(f"interrupted; nothing finished is lost: {resume} to resume", 130) from None
+    except (Terminated, TerminationSignal):
+        raise fail(f"terminated; nothing finished is lost: {resume} to resume", 143) from None
 
 
 def print_summary(result: dict) -> None:
@@ -58,6 +120,7 @@ def print_summary(result: dict) -> None:
 
 
 @app.command()
+@guarded
 def build(
     config: Path = typer.Option(REPO_ROOT / "configs" / "default.yaml", help="Run config (YAML)."),
     run_id: str = typer.Option(None, help="Run id; reusing one resumes that run."),
@@ -66,7 +129,7 @@ def build(
     mode: str = typer.Option("online", help="online, or batch (OpenAI Batch API, cheaper)."),
     runner: str = typer.Option("default", help="default, or dask (shards on a Dask cluster)."),
     address: str = typer.Option(None, help="Dask scheduler address (default: a LocalCluster)."),
-    shards: int = typer.Option(8, help="Shards per model stage with --runner dask."),
+    shards: int = typer.Option(8, min=1, help="Shards per model stage with --runner dask."),
     force_new_run: bool = typer.Option(
         False, help="Move an existing run dir aside to <run>.old-N and start it afresh."
     ),
@@ -74,36 +137,25 @@ def build(
     """Run every stage of the pipeline for one run id (resuming it if it exists).
 
     Exit codes: 2 bad input or changed settings (see --force-new-run), 3 run dir locked by
-    another run, 4 the endpoint refused the run (bad key, unknown model)."""
+    another run, 4 the endpoint refused the run (bad key, unknown model), 5 no pair released,
+    6 disk full, 130 interrupted, 143 terminated."""
     if mode not in ("online", "batch") or runner not in ("default", "dask"):
-        console.print(f"[red]unknown --mode {mode!r} or --runner {runner!r}[/red]")
-        raise typer.Exit(2)
+        raise fail(
+            f"unknown --mode {mode!r} or --runner {runner!r}: use online|batch, default|dask", 2
+        )
+    if mode == "batch" and runner == "dask":
+        raise fail("--mode batch and --runner dask do not combine: pick one", 2)
     overrides = {"run_id": run_id, "model__base_url": base_url}
     if debug:
         overrides["model__concurrency"] = 1
         import logging
 
         logging.basicConfig(level=logging.DEBUG)
-    try:
-        print_summary(run_build(config, overrides, mode, runner, address, shards, force_new_run))
-    except ConfigError as e:
-        from rich.markup import escape
-
-        console.print(f"[red]config error:[/red] {escape(str(e))}", soft_wrap=True)
-        raise typer.Exit(2) from None
-    except Exception as e:
-        from rich.markup import escape
-
-        from pipeline.preflight import stop_message
-
-        stop = stop_message(e)
-        if stop is None:
-            raise
-        console.print(f"[red]build stopped:[/red] {escape(stop[0])}", soft_wrap=True)
-        raise typer.Exit(stop[1]) from None
+    print_summary(run_build(config, overrides, mode, runner, address, shards, force_new_run))
 
 
 @app.command()
+@guarded
 def demo(
     config: Path = typer.Option(REPO_ROOT / "configs" / "demo.yaml"),
     run_id: str = typer.Option(None),
@@ -135,25 +187,42 @@ annotate_app = typer.Typer(help="Human annotation: export batches, import labels
 app.add_typer(annotate_app, name="annotate")
 
 
-def _annotation_run(run: str, outputs: Path | None):
+def _annotation_run(run: str, outputs: Path | None, **changes):
     """(run dir, run id, annotation config) for RUN: a run folder or a run id under outputs/.
-    The annotation settings come from the run's release manifest when there is one."""
+    The annotation settings come from the run's release manifest when there is one; `changes`
+    (command-line options) are applied over them and the result validated whole."""
     import json
 
-    from pipeline.config import AnnotationConfig, resolve_path
+    from pydantic import ValidationError
 
-    run_dir = Path(run) if Path(run).is_dir() else resolve_path(outputs or "outputs") / run
-    if not run_dir.is_dir():
-        console.print(f"[red]no run folder[/red] {run_dir}")
-        raise typer.Exit(2)
+    from pipeline.config import AnnotationConfig, resolve_path
+    from pipeline.errors import PrbError, safe_name
+
+    if Path(run).is_dir():
+        run_dir = Path(run)
+    else:
+        run_dir = resolve_path(outputs or "outputs") / safe_name(run, "run id")
+        if not run_dir.is_dir():
+            raise PrbError(
+                f"{run_dir}: no such run folder; give a run id under outputs/ or a folder"
+            )
     manifest = run_dir / "release" / "manifest.json"
     settings = {}
     if manifest.exists():
-        settings = json.loads(manifest.read_text()).get("config", {}).get("annotation", {})
-    return run_dir, run_dir.name, AnnotationConfig.model_validate(settings)
+        try:
+            settings = json.loads(manifest.read_text()).get("config", {}).get("annotation", {})
+        except (ValueError, AttributeError) as e:
+            raise PrbError(f"{manifest}: not a readable release manifest: {e}") from None
+    settings = {**settings, **{k: v for k, v in changes.items() if v is not None}}
+    try:
+        return run_dir, run_dir.name, AnnotationConfig.model_validate(settings)
+    except ValidationError as e:
+        problems = "; ".join(f"{'.'.join(map(str, x['loc']))}: {x['msg']}" for x in e.errors())
+        raise PrbError(f"annotation settings: {problems}") from None
 
 
 @annotate_app.command("export")
+@guarded
 def annotate_export(
     run: str = typer.Argument(..., help="Run id (under --outputs) or run folder."),
     batch_size: int = typer.Option(None, help="Pairs per batch (default: the run's config)."),
@@ -167,18 +236,13 @@ def annotate_export(
 ):
     """Write blinded batches (Label Studio, Argilla, CSV) and the private key."""
     from pipeline.annotation.export import export
-    from pipeline.annotation.layout import AnnotationError
 
-    run_dir, run_id, cfg = _annotation_run(run, outputs)
-    changes = {"batch_size": batch_size, "gold_per_batch": gold, "repeats_per_batch": repeats}
-    changes |= {"seed": seed}
-    cfg = cfg.model_copy(update={k: v for k, v in changes.items() if v is not None})
+    run_dir, run_id, cfg = _annotation_run(
+        run, outputs, batch_size=batch_size, gold_per_batch=gold, repeats_per_batch=repeats,
+        seed=seed, annotators=annotators,
+    )  # fmt: skip
     ids = [p.strip() for p in pool.split(",") if p.strip()] if pool else None
-    try:
-        s = export(run_dir, run_id, cfg, annotators or cfg.annotators, ids, force=force)
-    except AnnotationError as e:
-        console.print(f"[red]export failed:[/red] {e}")
-        raise typer.Exit(1) from None
+    s = export(run_dir, run_id, cfg, cfg.annotators, ids, force=force)
     console.print(
         f"{s.batches} batch(es), {s.items} items: {s.pairs} pairs, {s.gold} gold, "
         f"{s.repeats} repeats; annotators: {', '.join(s.annotators)}"
@@ -188,6 +252,7 @@ def annotate_export(
 
 
 @annotate_app.command("import")
+@guarded
 def annotate_import(
     run: str = typer.Argument(..., help="Run id (under --outputs) or run folder."),
     files: list[Path] = typer.Argument(..., help="Label Studio JSON, Argilla JSON or CSV files."),
@@ -195,20 +260,16 @@ def annotate_import(
 ):
     """Check every labelled file, then un-blind and add the labels (all or nothing)."""
     from pipeline.annotation.importer import import_labels
-    from pipeline.annotation.layout import AnnotationError
 
     run_dir, _, _ = _annotation_run(run, outputs)
-    try:
-        s = import_labels(run_dir, files)
-    except AnnotationError as e:
-        console.print(f"[red]import failed:[/red] {e}", highlight=False)
-        raise typer.Exit(1) from None
+    s = import_labels(run_dir, files)
     for name, (fmt, n) in s.by_file.items():
         console.print(f"{name}: {fmt}, {n} label(s)")
     console.print(f"imported {s.labels} label(s); rebuild the run to apply the verdicts")
 
 
 @annotate_app.command("status")
+@guarded
 def annotate_status(
     run: str = typer.Argument(..., help="Run id (under --outputs) or run folder."),
     exclude_below: float = typer.Option(
@@ -224,8 +285,7 @@ def annotate_status(
     run_dir, _, cfg = _annotation_run(run, outputs)
     key = load_key(run_dir)
     if key is None:
-        console.print(f"{run_dir}: not exported yet (prb annotate export)")
-        raise typer.Exit(1)
+        raise fail(f"{run_dir}: not exported yet: run `prb annotate export {run}` first", 1)
     s = summary(cfg, key, load_labels(run_dir), exclude_below)
     if as_json:
         import json
@@ -267,6 +327,7 @@ app.add_typer(release_app, name="release")
 
 
 @release_app.command("verify")
+@guarded
 def release_verify(release: Path = typer.Argument(..., help="A release folder.")):
     """Recompute checksums, check schema, card, duplicates and chosen ≠ rejected."""
     from pipeline.publish import verify
@@ -281,6 +342,7 @@ def release_verify(release: Path = typer.Argument(..., help="A release folder.")
 
 
 @release_app.command("diff")
+@guarded
 def release_diff(
     old: Path = typer.Argument(..., help="The earlier release folder."),
     new: Path = typer.Argument(..., help="The later release folder."),
@@ -307,37 +369,36 @@ def release_diff(
 
 
 @release_app.command("push")
+@guarded
 def release_push(
     release: Path = typer.Argument(..., help="A release folder."),
     repo: str = typer.Option(..., help="Hub dataset repo, e.g. user/name."),
     private: bool = typer.Option(False, help="Create the repo as private."),
     allow_simulated: bool = typer.Option(False, help="Publish a simulator build anyway."),
+    replace: bool = typer.Option(
+        False, help="Delete remote files the release does not have (default: refuse)."
+    ),
 ):
-    """Upload a verified release to the Hugging Face Hub (needs HF_TOKEN or `hf auth login`)."""
-    from pipeline.publish import PushRefused, push
+    """Upload a verified release to the Hugging Face Hub (needs HF_TOKEN or `hf auth login`).
+    Remote files are never deleted unless --replace is given."""
+    from pipeline.publish import push
 
-    try:
-        url = push(release, repo, private=private, allow_simulated=allow_simulated)
-    except PushRefused as e:
-        console.print(f"[red]push refused:[/red] {e}", highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    url = push(release, repo, private=private, allow_simulated=allow_simulated, replace=replace)
     console.print(f"pushed: {url}")
 
 
 @app.command()
+@guarded
 def audit(
     run: str = typer.Argument(..., help="A run id under outputs/, or a run directory."),
     worst: int = typer.Option(10, help="How many worst pairs to list."),
 ):
     """Report on a run: funnel, score distributions, length ratios, persona-blind accuracy."""
-    from pipeline.audit import AuditError, write_report
-
-    try:
-        out = write_report(run, worst_n=worst)
-    except AuditError as e:
-        console.print(f"[red]audit:[/red] {e}", highlight=False)
-        raise typer.Exit(2) from None
     import json
+
+    from pipeline.audit import write_report
+
+    out = write_report(run, worst_n=worst)
 
     console.print((out / "summary.md").read_text(), markup=False, highlight=False)
     if json.loads((out / "audit.json").read_text())["warnings"]:
@@ -346,6 +407,7 @@ def audit(
 
 
 @app.command()
+@guarded
 def show(
     pair_id: str = typer.Argument(..., help="A pair id, e.g. prb-0123abcd…"),
     run: str = typer.Option(None, help="Run id or dir (default: the newest run holding it)."),
@@ -354,14 +416,9 @@ def show(
     """Everything about one pair: persona, profile, aspects, answers, every judge call."""
     import json
 
-    from pipeline.audit import AuditError
     from pipeline.show import collect, render
 
-    try:
-        info = collect(pair_id, run)
-    except AuditError as e:
-        console.print(f"[red]show:[/red] {e}", highlight=False)
-        raise typer.Exit(2) from None
+    info = collect(pair_id, run)
     if as_json:
         print(json.dumps(info, indent=2, ensure_ascii=False))
     else:
@@ -369,6 +426,7 @@ def show(
 
 
 @app.command("eval")
+@guarded
 def eval_command(
     args: list[str] = typer.Argument(
         ..., metavar="[bon] RELEASE", help="A release folder; `bon RELEASE` adds Best-of-N."
@@ -391,9 +449,9 @@ def eval_command(
     ),
     base_url: str = typer.Option(None, help="OpenAI-compatible endpoint for the judges."),
     sim: bool = typer.Option(False, help="Start the bundled simulator and judge with it."),
-    bootstrap: int = typer.Option(1000, help="Bootstrap resamples for the 95% CIs."),
+    bootstrap: int = typer.Option(1000, min=10, help="Bootstrap resamples for the 95% CIs."),
     seed: int = typer.Option(0, help="Seed for bootstrap and BoN ties (random: random:seed=N)."),
-    n: int = typer.Option(4, help="Best-of-N: candidates per prompt."),
+    n: int = typer.Option(4, min=2, help="Best-of-N: candidates per prompt."),
     candidates: Path = typer.Option(None, help="Best-of-N: JSONL of {id, candidates} to use."),
     generator: str = typer.Option(None, help="Best-of-N: generator model (default: config's)."),
     oracle: str = typer.Option(None, help="Best-of-N: oracle judge model (default: config's)."),
@@ -401,41 +459,35 @@ def eval_command(
     """Score reward models on a release: accuracy with 95% CIs, leaderboard, plot, per-pair JSON."""
     import contextlib
 
-    from pipeline.bon import CandidatesError
+    from pipeline import progress
     from pipeline.config import load_config
-    from pipeline.evaluate import ReleaseError, run
-    from pipeline.llm import PermanentLLMError
-    from pipeline.rewards import SpecError
+    from pipeline.evaluate import run
 
     do_bon = len(args) == 2 and args[0] == "bon"
     if len(args) != 1 + do_bon:
-        console.print("[red]usage:[/red] prb eval [bon] RELEASE [options]")
-        raise typer.Exit(2)
+        raise fail("usage: prb eval [bon] RELEASE [options]", 2)
     release = Path(args[-1])
     config = config or REPO_ROOT / "configs" / ("demo.yaml" if sim else "default.yaml")
     bon = {"n": n, "candidates": candidates, "generator": generator, "oracle": oracle}
-    try:
-        with contextlib.ExitStack() as stack:
-            if sim:
-                from pipeline.sim.server import running
+    with contextlib.ExitStack() as stack:
+        cfg = load_config(config, model__base_url=base_url)  # checked before a simulator starts
+        if sim:
+            from pipeline.sim.server import running
 
-                base_url = stack.enter_context(running())
-            cfg = load_config(config, model__base_url=base_url)
-            summary = asyncio.run(
-                run(
-                    release,
-                    rm or ["random", "length", "overlap"],
-                    cfg,
-                    context=context,
-                    out=out or release.resolve().parent / "eval",
-                    n_resamples=bootstrap,
-                    seed=seed,
-                    bon=bon if do_bon else None,
-                )
+            cfg = load_config(config, model__base_url=stack.enter_context(running()))
+        stack.enter_context(progress.showing(errors))
+        summary = asyncio.run(
+            run(
+                release,
+                rm or ["random", "length", "overlap"],
+                cfg,
+                context=context,
+                out=out or release.resolve().parent / "eval",
+                n_resamples=bootstrap,
+                seed=seed,
+                bon=bon if do_bon else None,
             )
-    except (ConfigError, ReleaseError, SpecError, CandidatesError, PermanentLLMError) as e:
-        console.print(f"[red]eval error:[/red] {e}", highlight=False)
-        raise typer.Exit(2) from None
+        )
     _print_frame(summary["leaderboard"], "reward-model leaderboard (pairwise accuracy)")
     for name, path in summary["paths"].items():
         console.print(f"{name}: {path}", highlight=False)

@@ -7,15 +7,40 @@ import os
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from pipeline.errors import PrbError, safe_name
 from pipeline.records import CATEGORIES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-class ConfigError(ValueError):
+class ConfigError(PrbError, ValueError):
     """A config that cannot be used; the message names the file and the field."""
+
+
+def _safe(value: str, what: str) -> str:
+    try:
+        return safe_name(value, what)
+    except PrbError as e:
+        raise ValueError(str(e)) from None
+
+
+def _distinct(values: list[str], what: str) -> list[str]:
+    if not values:
+        raise ValueError(f"{what} is empty: name at least one")
+    dup = sorted({v for v in values if values.count(v) > 1})
+    if dup:
+        raise ValueError(f"{what} lists {dup} more than once")
+    return values
 
 
 class Section(BaseModel):
@@ -43,12 +68,23 @@ class PersonaConfig(Section):
     questions_per_persona: int = Field(1, ge=1)
     categories: list[str] = Field(default_factory=lambda: list(CATEGORIES))
 
+    @field_validator("categories")
+    @classmethod
+    def _categories(cls, v: list[str]) -> list[str]:
+        # a category names a folder of the release: it must be one safe path component
+        return [_safe(c, "category") for c in _distinct(v, "personas.categories")]
+
 
 class GenerationConfig(Section):
     word_budget: int = Field(100, ge=20)
     strategies: list[str] = Field(
         default_factory=lambda: ["ignore_aspects", "wrong_expertise", "wrong_format", "wrong_tone"]
     )
+
+    @field_validator("strategies")
+    @classmethod
+    def _strategies(cls, v: list[str]) -> list[str]:
+        return _distinct(v, "generation.strategies")
 
 
 class FilterConfig(Section):
@@ -62,6 +98,15 @@ class FilterConfig(Section):
     max_question_similarity: float = Field(0.9, ge=0, le=1)  # same persona, rapidfuzz token set
     drop_blind_separated: bool = True  # False: keep such pairs, flagged `blind_separated`
 
+    @model_validator(mode="after")
+    def _ratio_band(self) -> FilterConfig:
+        if self.min_length_ratio > self.max_length_ratio:
+            raise ValueError(
+                f"min_length_ratio {self.min_length_ratio} is above max_length_ratio "
+                f"{self.max_length_ratio}: no pair could pass"
+            )
+        return self
+
 
 class AnnotationConfig(Section):
     required: bool = False
@@ -73,6 +118,15 @@ class AnnotationConfig(Section):
     repeats_per_batch: int = Field(2, ge=0)  # items shown twice, A/B swapped
     min_quality: float = Field(3.0, ge=1, le=5)  # mean human score both answers must reach
     exclude_below: float | None = Field(None, ge=0, le=1)  # drop annotators under this gold acc.
+
+    @model_validator(mode="after")
+    def _reachable(self) -> AnnotationConfig:
+        if self.required and self.min_labels > self.annotators:
+            raise ValueError(
+                f"min_labels {self.min_labels} is above annotators {self.annotators} while "
+                "required is true: no pair could ever be confirmed"
+            )
+        return self
 
 
 class ReleaseConfig(Section):
@@ -114,6 +168,12 @@ class RunConfig(Section):
     release: ReleaseConfig = Field(default_factory=ReleaseConfig)
     batch: BatchConfig = Field(default_factory=BatchConfig)
     cost: CostConfig = Field(default_factory=CostConfig)
+
+    @field_validator("run_id")
+    @classmethod
+    def _run_id(cls, v: str) -> str:
+        # the run id names a folder under outputs_dir: never a path of its own
+        return _safe(v, "run id")
 
     @property
     def run_dir(self) -> Path:
@@ -186,7 +246,15 @@ def load_config(path: str | Path | None = None, **overrides: object) -> RunConfi
             data.setdefault(section, {})[key] = os.environ[env]
     key_file = os.environ.get("PRB_API_KEY_FILE")
     if key_file:
-        data.setdefault("model", {})["api_key"] = Path(key_file).read_text().strip()
+        try:
+            key = Path(key_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(
+                f"PRB_API_KEY_FILE={key_file}: cannot read the API key: {e.__class__.__name__}"
+            ) from None
+        if not key:
+            raise ConfigError(f"PRB_API_KEY_FILE={key_file}: the file is empty")
+        data.setdefault("model", {})["api_key"] = key
     for dotted, value in overrides.items():
         if value is None:
             continue
@@ -199,6 +267,8 @@ def load_config(path: str | Path | None = None, **overrides: object) -> RunConfi
         return RunConfig.model_validate(data)
     except ValidationError as e:
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()
+            f"{'.'.join(str(p) for p in err['loc']) or '<top>'}: "
+            f"{err['msg'].removeprefix('Value error, ')}"
+            for err in e.errors()
         )
         raise ConfigError(f"{path or '<defaults>'}: invalid config: {problems}") from None

@@ -66,6 +66,19 @@ def _block(stages: dict[str, dict], cfg: CostConfig, released: int) -> dict:
     }
 
 
+def pricer(cfg: RunConfig):
+    """(stage, live usage counters) -> money so far, for the progress display; None unpriced."""
+
+    def price(stage: str, usage: dict) -> float | None:
+        model = getattr(cfg.model, STAGE_MODEL.get(stage, "generator"), None)
+        counts = {"prompt_tokens": usage.get("prompt_tokens", 0),
+                  "completion_tokens": usage.get("completion_tokens", 0),
+                  "batch_prompt_tokens": 0, "batch_completion_tokens": 0}  # fmt: skip
+        return _price(counts, model, cfg.cost)
+
+    return price
+
+
 def summary(
     cfg: RunConfig, cache: ResponseCache, keys_by_stage: dict[str, list[str]], released: int
 ) -> dict:

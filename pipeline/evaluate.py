@@ -17,8 +17,12 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 from scipy import stats
 
+from pipeline import progress
+from pipeline.errors import PrbError
 from pipeline.llm import LLMError, PermanentLLMError
 from pipeline.records import PairScore
 from pipeline.rewards import Query, RewardModel, user_context
@@ -27,7 +31,7 @@ REQUIRED = ("id", "question", "profile", "rubric_aspects", "narrative", "categor
             "rejected")  # fmt: skip
 
 
-class ReleaseError(ValueError):
+class ReleaseError(PrbError, ValueError):
     """A release folder that cannot be evaluated; the message names the folder or the row."""
 
 
@@ -35,10 +39,15 @@ def load_release(path: str | Path) -> list[dict]:
     path = Path(path)
     if not path.is_dir():
         raise ReleaseError(f"{path}: not a release folder")
+    files = sorted(path.glob("*/test-*.parquet"))
+    if not files:
+        raise ReleaseError(f"{path}: no */test-*.parquet data files: not a release folder")
     try:
-        ds = datasets.load_dataset(str(path), split="test")
-    except Exception as e:  # datasets raises many types for unreadable folders
-        raise ReleaseError(f"{path}: cannot load the `test` split: {e}") from e
+        # read straight from the Parquet files: datasets' cache keys a local folder by its name
+        # and layout, not its content, and served another release's rows for a rebuilt one
+        ds = datasets.Dataset(pa.concat_tables([pq.read_table(f) for f in files]))
+    except Exception as e:  # Arrow raises many types for unreadable files
+        raise ReleaseError(f"{path}: cannot read the release's Parquet files: {e}") from None
     missing = [c for c in REQUIRED if c not in ds.column_names]
     if missing:
         raise ReleaseError(f"{path}: missing columns {missing}")
@@ -56,6 +65,14 @@ def words(text: str) -> int:
 async def score_pairs(rm: RewardModel, rows: list[dict]) -> list[PairScore]:
     """One PairScore per row, in row order. A failed model call marks that pair lost, with the
     error recorded; a permanent error (bad key, unknown model) stops the evaluation."""
+    shown = progress.stage(f"eval {rm.name}", total=len(rows))
+    try:
+        return await _score_pairs(rm, rows, shown)
+    finally:
+        shown.finish()
+
+
+async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairScore]:
 
     def result(row, sc, sr, error=None) -> PairScore:
         return PairScore(
@@ -75,9 +92,15 @@ async def score_pairs(rm: RewardModel, rows: list[dict]) -> list[PairScore]:
 
     if rm.batched:  # local models: one call over every answer, so batches fill up
         flat = await rm.score_many([q for row in rows for q in queries(row)])
+        shown.done = len(rows)
         return [result(row, flat[2 * i], flat[2 * i + 1]) for i, row in enumerate(rows)]
 
     async def one(row) -> PairScore:
+        scored = await _one(row)
+        shown.advance()
+        return scored
+
+    async def _one(row) -> PairScore:
         c, r = queries(row)
         try:
             if rm.pairwise:  # both A/B orders; a point per verdict, half a point per tie
@@ -233,6 +256,8 @@ async def evaluate(
     rows = load_release(release)
     results = []
     for rm in rms:
+        if hasattr(rm, "stage"):  # an LLM judge: its calls are counted under its own name
+            rm.stage = f"eval {rm.name}"
         scores = await score_pairs(rm, rows)
         results.append(
             {

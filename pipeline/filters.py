@@ -22,10 +22,11 @@ from pathlib import Path
 from rapidfuzz import fuzz
 
 from pipeline.config import FilterConfig, RunConfig
+from pipeline.errors import is_transient
 from pipeline.llm import LLM, CallResult, LLMError, PermanentLLMError
 from pipeline.prompts import load_prompt
 from pipeline.records import BlindCheck, FilterRecord, Pair, PairChecks, QualityScores
-from pipeline.store import StageFile, is_transient, process_stage
+from pipeline.store import StageFile, process_stage
 
 STAGE = "filters"
 OUTPUT = FilterRecord

@@ -19,9 +19,10 @@ from prefect.cache_policies import NO_CACHE
 from pipeline import annotation, filters, pairs, personas, questions, release, rubrics
 from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig, load_config
+from pipeline.errors import NothingReleased, PrbError, StorageError
 from pipeline.llm import LLM
 from pipeline.preflight import open_run
-from pipeline.records import Persona, Task
+from pipeline.records import Dropped, Persona, Task
 from pipeline.store import Records, StageFile, atomic_write, current_drops
 
 STAGES = ("personas", "questions", "rubrics", "pairs", "filters", "annotation", "release")
@@ -90,6 +91,50 @@ def release_task(cfg, run_dir, filtered, verdicts, funnel, drop_reasons, cache, 
     return release.run(cfg, run_dir, filtered, verdicts, funnel, drop_reasons, cache, keys)
 
 
+HINTS = {  # what to do about the usual cause of a stage losing every record
+    "endpoint_error": "is the endpoint up? Rerun the same command to resume once it is",
+    "unparseable": "the model's answers did not parse: check the model and its output mode",
+    "bad_request": "the endpoint rejected the requests: check the model name and its limits",
+    "content_filter": "the provider's content filter refused every answer",
+    "ungrounded": "no plan cited the profile: check the planner model and prompt",
+}
+
+
+def why_nothing(
+    cfg: RunConfig, funnel: dict, drops: list[Dropped], reasons: Counter, examples: dict
+) -> str:
+    """One line: where every record was lost, the main reason with an example, what to do."""
+    steps = [("rubrics", "questions", "tasks"), ("pairs", "rubrics", "rubrics")]
+    for stage, before, what in steps:
+        if funnel[before] and not funnel[stage]:
+            lost = [d for d in drops if d.stage == stage]
+            top, n = Counter(d.reason for d in lost).most_common(1)[0] if lost else ("?", 0)
+            example = next((d.detail for d in lost if d.reason == top), "")
+            hint = next((h for k, h in HINTS.items() if top.endswith(k)), "see `prb audit`")
+            return (
+                f"0 pairs released: {n} of {funnel[before]} {what} dropped at {stage} "
+                f"({top}{': ' + example if example else ''}): {hint}"
+            )
+    if not funnel["questions"]:
+        return "0 pairs released: no persona was given a question: check personas and questions"
+    if not funnel["filters_kept"]:
+        top = ", ".join(f"{r} {n}" for r, n in reasons.most_common(3))
+        first = reasons.most_common(1)[0][0] if reasons else ""
+        hint = next((h for k, h in HINTS.items() if first.endswith(k)), None) or (
+            f"see `prb audit {cfg.run_id}`, and the thresholds under `filters:` in the config"
+        )
+        example = f"; e.g. {examples[first]}" if first in examples else ""
+        return (
+            f"0 pairs released: the filters dropped all {funnel['pairs']} pairs "
+            f"({top}{example}): {hint}"
+        )
+    return (
+        f"0 pairs released: annotation.required is true and none of the {funnel['filters_kept']} "
+        f"kept pairs has a confirmed human verdict: `prb annotate export {cfg.run_id}`, import "
+        "the labels, then rebuild (or set annotation.required: false)"
+    )
+
+
 @flow(name="build", persist_result=False, log_prints=True)
 async def build(
     config_path: str | None = None,
@@ -105,10 +150,10 @@ async def build(
     force_new_run moves an existing run directory aside (`<run>.old-N`) and starts afresh.
     """
     if mode not in ("online", "batch") or (mode == "batch" and shards):
-        raise ValueError(f"mode {mode!r} with shards={shards}: use online or batch, not both")
+        raise PrbError(f"mode {mode!r} with shards={shards}: use online or batch, not both")
     overrides = dict(overrides or {})
     if any("api_key" in k for k in overrides):
-        raise ValueError("pass the API key through PRB_API_KEY or PRB_API_KEY_FILE, not overrides")
+        raise PrbError("pass the API key through PRB_API_KEY or PRB_API_KEY_FILE, not overrides")
     started = time.monotonic()
     cfg = load_config(config_path, **overrides)
     run_dir = cfg.run_dir
@@ -121,6 +166,7 @@ async def build(
         llm = BatchLLM(cfg, cache, run_dir)
     else:
         llm = LLM(cfg.model, cache)
+    failed = False
     try:
         # stages hand each other Records (a stage file read from disk on demand), never lists:
         # every record carries its persona, so holding a stage in memory grows with the run
@@ -136,29 +182,46 @@ async def build(
         funnel["rubrics"], funnel["pairs"] = len(produced["rubrics"]), len(produced["pairs"])
         filtered = records
         verdicts = annotation_task(cfg, run_dir, filtered)
-        reasons: Counter[str] = Counter(d.reason for d in current_drops(run_dir, produced))
+        drops = current_drops(run_dir, produced)
+        filtered_out: Counter[str] = Counter()
+        examples: dict[str, str] = {}  # a failed judge call's error, per drop reason
         kept = 0
         for f in filtered:
             kept += f.kept
-            reasons.update(f.reasons)
+            filtered_out.update(f.reasons)
+            for reason in f.reasons if f.errors else ():
+                examples.setdefault(reason, next(iter(f.errors.values())))
+        reasons = Counter(d.reason for d in drops) + filtered_out
         funnel["filters_kept"] = kept
         funnel["annotation_passed"] = sum(annotation.releasable(cfg, v) for v in verdicts)
+        if not funnel["annotation_passed"]:  # a release of nothing is no release
+            raise NothingReleased(why_nothing(cfg, funnel, drops, filtered_out, examples))
         release_dir = release_task(
             cfg, run_dir, filtered, verdicts, funnel, dict(sorted(reasons.items())), cache, keys
         )
+    except BaseException:
+        failed = True
+        raise
     finally:
         await llm.aclose()
         cache.close()
-        lock.release()
+        stats = {
+            "run_id": cfg.run_id,
+            "wall_seconds": round(time.monotonic() - started, 3),
+            "usage": llm.usage_dict(),
+        }
+        # run-dependent figures live beside the release, never inside the hashed files; written
+        # however the run ended, so a failed run's calls and retries are on record too (unless
+        # the disk is what failed: then the first error is the one to report)
+        try:
+            with atomic_write(run_dir / "run_stats.json") as f:
+                json.dump(stats, f, indent=2, sort_keys=True)
+        except StorageError:
+            if not failed:
+                raise
+        finally:
+            lock.release()
     manifest = json.loads((release_dir / "manifest.json").read_text())
-    stats = {
-        "run_id": cfg.run_id,
-        "wall_seconds": round(time.monotonic() - started, 3),
-        "usage": llm.usage_dict(),
-    }
-    # run-dependent figures live beside the release, never inside the hashed files
-    with atomic_write(run_dir / "run_stats.json") as f:
-        json.dump(stats, f, indent=2, sort_keys=True)
     return {
         "run_dir": str(run_dir),
         "release_dir": str(release_dir),

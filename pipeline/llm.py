@@ -2,8 +2,10 @@
 
 Bounded concurrency, tenacity retries (429/5xx/timeouts/connection errors/unparseable output,
 honouring Retry-After), structured output parsed into pydantic models, a content-addressed
-response cache, and token usage counted per stage. Permanent errors (401/403/404/400) stop at
-once instead of retrying forever. The API key is handed to the client and nowhere else.
+response cache, and token usage counted per stage. A 400/422 concerns one request (e.g. its
+prompt is over the context length): that record is dropped with the server's message. Only
+401/403/404 (bad key, no access, unknown model) stop the run. The API key is handed to the
+client and nowhere else.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from pipeline import progress
 from pipeline.cache import ResponseCache, cache_key
 from pipeline.config import ModelConfig
+from pipeline.errors import PrbError
 from pipeline.prompts import Prompt
 
 log = logging.getLogger("prb.llm")
@@ -45,11 +49,13 @@ class LLMError(Exception):
         self.detail = detail
 
 
-class PermanentLLMError(Exception):
-    """Retrying cannot help (bad key, unknown model, bad request): the run must stop.
+class PermanentLLMError(PrbError):
+    """Retrying cannot help (bad key, no access, unknown model): the run must stop.
 
     Deliberately not an LLMError: stages turn LLMErrors into dropped records, and a bad key must
     stop the run, not drop every record."""
+
+    exit_code = 4
 
     def __init__(self, kind: str, detail: str):
         super().__init__(detail)
@@ -68,13 +74,38 @@ RETRYABLE = (
     openai.APIConnectionError,
     _Unparseable,
 )
-PERMANENT = (
-    openai.AuthenticationError,
-    openai.PermissionDeniedError,
-    openai.NotFoundError,
-    openai.BadRequestError,
-    openai.UnprocessableEntityError,
-)
+PERMANENT = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
+BAD_REQUEST = (openai.BadRequestError, openai.UnprocessableEntityError)
+
+
+def server_message(exc: openai.APIStatusError) -> str:
+    """The error message the server sent with a 4xx/5xx, as OpenAI-style endpoints shape it."""
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", body)
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message or exc.message or "").strip()[:300]
+
+
+def describe_failure(exc: BaseException, base_url: str, timeout_s: float) -> str:
+    """What went wrong with a call, in words a user can act on: a refused connection says so
+    (the client reports it as a timeout), a status says its code and the server's message."""
+    seen, cause = set(), exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, ConnectionRefusedError):
+            return f"connection refused at {base_url}"
+        if isinstance(cause, OSError) and "Name or service not known" in str(cause):
+            return f"cannot resolve the host of {base_url}"
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(exc, openai.APITimeoutError):
+        return f"no answer within {timeout_s:g}s from {base_url}"
+    if isinstance(exc, openai.APIConnectionError):
+        return f"connection to {base_url} failed ({exc})"
+    if isinstance(exc, openai.APIStatusError):
+        said = server_message(exc)
+        said = "" if said.startswith("Error code:") else f": {said}"  # the client's own words
+        return f"HTTP {exc.status_code} from {base_url}{said}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 @dataclass
@@ -168,6 +199,7 @@ class LLM:
         self.semaphore = asyncio.Semaphore(concurrency or cfg.concurrency)
         self._inflight: dict[str, asyncio.Future[CallResult]] = {}  # cache key -> pending call
         self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
+        progress.watch_usage(self.usage_dict)  # the live display reads the counters
         self._backoff = wait_random_exponential(
             multiplier=cfg.backoff_initial_s, max=cfg.backoff_max_s
         )
@@ -215,8 +247,18 @@ class LLM:
             return replace(await asyncio.shield(pending), cached=True)
         pending = asyncio.ensure_future(self._request(prompt, stage, model, messages, seed, key))
         self._inflight[key] = pending
-        pending.add_done_callback(lambda _: self._inflight.pop(key, None))
+        pending.add_done_callback(self._settled(key))
         return await asyncio.shield(pending)
+
+    def _settled(self, key: str):
+        def done(future: asyncio.Future) -> None:
+            self._inflight.pop(key, None)
+            # the callers may have been cancelled (a run stopping on its first error): the
+            # outcome is theirs, but asyncio must not log it as "never retrieved"
+            if not future.cancelled():
+                future.exception()
+
+        return done
 
     async def _request(
         self, prompt: Prompt, stage: str, model: str, messages: list[dict], seed: int, key: str
@@ -276,8 +318,14 @@ class LLM:
             raise PermanentLLMError(
                 "permanent",
                 f"{type(e).__name__} from {self.cfg.base_url} for model {model!r}"
-                f" (HTTP {getattr(e, 'status_code', '?')}); check the endpoint, model and key",
+                f" (HTTP {getattr(e, 'status_code', '?')}: {server_message(e)}); "
+                "check the endpoint, model and key",
             ) from None
+        except BAD_REQUEST as e:
+            # this request only (too long a prompt, a value the server rejects): drop its
+            # record with the server's words; the next record may well be fine
+            usage.failures["bad_request"] += 1
+            raise LLMError("bad_request", f"HTTP {e.status_code}: {server_message(e)}") from None
         except LLMError as e:
             usage.failures[e.kind] += 1
             raise
@@ -286,10 +334,15 @@ class LLM:
             raise LLMError("unparseable", str(e)) from None
         except RETRYABLE as e:
             usage.failures[type(e).__name__] += 1
-            raise LLMError("endpoint_error", f"{type(e).__name__}: {e}") from None
+            detail = describe_failure(e, self.cfg.base_url, self.cfg.timeout_s)
+            raise LLMError("endpoint_error", detail) from None
         raise AssertionError("unreachable")
 
     async def aclose(self) -> None:
+        # requests still in flight (a run stopped part way) are cancelled, not left to fail
+        # against a closed client after the loop has moved on
+        for pending in list(self._inflight.values()):
+            pending.cancel()
         await self.client.close()
 
     def usage_dict(self) -> dict[str, dict]:

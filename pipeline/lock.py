@@ -17,13 +17,16 @@ import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pipeline.errors import PrbError
 from pipeline.store import atomic_write
 
 log = logging.getLogger("prb.lock")
 
 
-class RunLockedError(RuntimeError):
+class RunLockedError(PrbError, RuntimeError):
     """Another live run holds the run directory."""
+
+    exit_code = 3
 
 
 def pid_alive(pid: int) -> bool:

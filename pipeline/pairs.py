@@ -31,8 +31,12 @@ def pick_strategy(task_id: str, strategies: list[str], seed: int) -> str:
     return strategies[int(stable_id(seed, task_id), 16) % len(strategies)]
 
 
-def pair_id(persona_id: str, question: str, prompt_versions: dict[str, str]) -> str:
-    return stable_id(persona_id, question, prompt_versions, prefix="prb-")
+def pair_id(
+    persona_id: str, question: str, profile: list[dict], prompt_versions: dict[str, str]
+) -> str:
+    """Content-derived: the same user (with the same profile), question and prompts give the
+    same id; an edited profile gives a new one, so an old pair never passes for a new one."""
+    return stable_id(persona_id, question, profile, prompt_versions, prefix="prb-")
 
 
 async def run(cfg: RunConfig, llm: LLM, run_dir: Path, rubrics: Iterable[RubricRecord]):
@@ -49,7 +53,8 @@ async def run(cfg: RunConfig, llm: LLM, run_dir: Path, rubrics: Iterable[RubricR
         task = rec.task
         aspects = [a.model_dump() for a in rec.rubric_aspects]
         strategy = pick_strategy(task.task_id, cfg.generation.strategies, cfg.seed)
-        pid = pair_id(task.persona.persona_id, task.question, versions)
+        profile = [i.model_dump() for i in task.persona.profile]
+        pid = pair_id(task.persona.persona_id, task.question, profile, versions)
         try:
             plan = await llm.call(
                 prompts["content_plan"],

@@ -2,7 +2,8 @@
 
 `open_run` locks the run directory, clears what an interrupted run left half-written, renders
 every prompt of the build once with sample values (so a template naming a variable the code does
-not pass fails now, not after an hour of paid calls), and checks the config fingerprint.
+not pass fails now, not after an hour of paid calls), validates the persona source as
+`prb personas validate` does, and checks the config fingerprint.
 `stop_message` turns the errors a user can fix into one clear line for the CLI.
 """
 
@@ -10,12 +11,10 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.config import ConfigError, RunConfig
-from pipeline.lock import RunLock, RunLockedError
+from pipeline.config import RunConfig
+from pipeline.lock import RunLock
 from pipeline.prompts import BUILD_TASKS, PromptError, all_prompts
 from pipeline.store import (
-    FingerprintError,
-    StageFileError,
     check_fingerprint,
     clean_leftovers,
     has_work,
@@ -66,14 +65,28 @@ def check_prompts(cfg: RunConfig) -> None:
         )
 
 
+def check_source(cfg: RunConfig) -> None:
+    """Every persona and question the build may sample is valid (PersonaFileError if not)."""
+    from pipeline.personas import TAXONOMY_PATH, load_taxonomy
+    from pipeline.personas.checks import check_build_source
+    from pipeline.personas.importer import load_external
+
+    p = cfg.personas
+    if p.source == "library":
+        check_build_source(p.library, p.questions, load_taxonomy(TAXONOMY_PATH))
+    else:
+        load_external(p.source)  # the import refuses any bad record, naming it
+
+
 def open_run(cfg: RunConfig, *, force_new: bool = False) -> RunLock:
     """Lock the run directory and check it may be (re)used; the caller releases the lock."""
     run_dir = cfg.run_dir
     lock = RunLock(run_dir).acquire()
     try:
         check_prompts(cfg)
+        check_source(cfg)
         if force_new and has_work(run_dir):
-            aside = move_aside(run_dir)
+            aside = move_aside(run_dir, cfg.run_dir.parent)
             log.warning("--force-new-run: moved the old run %s aside to %s", run_dir, aside)
             lock.info = aside / lock.info.name  # the held lock moved with its directory
             new = RunLock(run_dir).acquire()
@@ -85,21 +98,3 @@ def open_run(cfg: RunConfig, *, force_new: bool = False) -> RunLock:
         lock.release()
         raise
     return lock
-
-
-# errors whose message says what to fix; anything else is a bug and keeps its traceback
-USER_ERRORS = (ConfigError, PromptError, RunLockedError, FingerprintError, StageFileError)
-
-
-def stop_message(exc: BaseException) -> tuple[str, int] | None:
-    """(message, exit code) for an error the user can fix, else None."""
-    from pipeline.llm import PermanentLLMError
-    from pipeline.personas import PersonaFileError
-
-    if isinstance(exc, RunLockedError):
-        return f"run locked: {exc}", 3
-    if isinstance(exc, PermanentLLMError):
-        return f"the endpoint refused the run (not retried): {exc}", 4
-    if isinstance(exc, (*USER_ERRORS, PersonaFileError)):
-        return str(exc), 2
-    return None

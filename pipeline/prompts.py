@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from pipeline import records
 from pipeline.config import REPO_ROOT
+from pipeline.errors import PrbError
 
 PROMPTS_DIR = REPO_ROOT / "prompts"
 
@@ -53,7 +54,7 @@ BUILD_TASKS = (
 PROMPT_KEYS = {"task", "version", "description", "output", "params", "system", "user"}
 
 
-class PromptError(ValueError):
+class PromptError(PrbError, ValueError):
     pass
 
 

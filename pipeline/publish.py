@@ -16,13 +16,14 @@ from datasets.info import DatasetInfosDict
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard
 
+from pipeline.errors import PrbError
 from pipeline.pairs import pair_id
 from pipeline.release import FEATURES, data_path, file_checksums, jsonl_path
 
 PARQUET_GLOB = "*/test-*.parquet"
 
 
-class PushRefused(RuntimeError):
+class PushRefused(PrbError, RuntimeError):
     """Nothing was uploaded; the message says why."""
 
 
@@ -31,8 +32,29 @@ def _norm(text: str) -> str:
 
 
 def read_rows(release: Path) -> dict[str, list[dict]]:
-    """Rows per category folder, read straight from the Parquet files."""
-    return {p.parent.name: pq.read_table(p).to_pylist() for p in sorted(release.glob(PARQUET_GLOB))}
+    """Rows per category folder, read straight from the Parquet files; a PrbError (one line)
+    when the folder is not a release or a data file cannot be read."""
+    release = Path(release)
+    if not release.is_dir():
+        raise PrbError(f"{release}: no such release folder")
+    files = sorted(release.glob(PARQUET_GLOB))
+    if not files:
+        raise PrbError(f"{release}: not a release folder (no {PARQUET_GLOB} data files)")
+    rows = {}
+    for path in files:
+        try:
+            rows[path.parent.name] = pq.read_table(path).to_pylist()
+        except Exception as e:  # Arrow raises several types for a damaged file
+            raise PrbError(
+                f"{path}: cannot read as Parquet ({type(e).__name__}); `prb release verify "
+                f"{release}` checks the folder"
+            ) from None
+        missing = {"id", "category", "persona_id", "question"} - set(
+            rows[path.parent.name][0] if rows[path.parent.name] else {}
+        )
+        if rows[path.parent.name] and missing:
+            raise PrbError(f"{path}: not prb release rows (no column {sorted(missing)[0]!r})")
+    return rows
 
 
 def check_checksums(release: Path, manifest: dict) -> list[str]:
@@ -108,8 +130,10 @@ def check_pairs(rows: dict[str, list[dict]]) -> list[str]:
             elif _norm(r["chosen"]) == _norm(r["rejected"]):
                 problems.append(f"{where}: chosen and rejected are the same text")
             versions = {v["task"]: v["ref"] for v in r["prompt_versions"]}
-            if pair_id(r["persona_id"], r["question"], versions) != r["id"]:
-                problems.append(f"{where}: id does not match its persona, question and prompts")
+            if pair_id(r["persona_id"], r["question"], r["profile"], versions) != r["id"]:
+                problems.append(
+                    f"{where}: id does not match its persona, profile, question and prompts"
+                )
     return problems
 
 
@@ -240,9 +264,19 @@ def diff(old: Path, new: Path) -> ReleaseDiff:
 # --- push -------------------------------------------------------------------------------------
 
 
-def push(release: Path, repo: str, private: bool = False, allow_simulated: bool = False) -> str:
-    """Upload a verified release folder as a Hub dataset repo; returns the commit URL. The hub
-    copy mirrors the folder: remote files the release no longer has are deleted."""
+def push(
+    release: Path,
+    repo: str,
+    private: bool = False,
+    allow_simulated: bool = False,
+    replace: bool = False,
+    api=None,
+) -> str:
+    """Upload a verified release folder as a Hub dataset repo; returns the commit URL.
+
+    Remote files are never deleted by default: if the repo holds files this release does not
+    (another release, someone's notes), the push is refused and names them; `replace` makes the
+    repo mirror the folder, deleting those. `api` is an `HfApi` (made from the token if None)."""
     from huggingface_hub import HfApi, get_token
 
     token = get_token()  # HF_TOKEN, or the token saved by `hf auth login`
@@ -260,13 +294,24 @@ def push(release: Path, repo: str, private: bool = False, allow_simulated: bool 
         raise PushRefused(
             f"{release} was built on the simulator; pass --allow-simulated to publish it anyway"
         )
-    api = HfApi(token=token)
+    api = api or HfApi(token=token)
     api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
+    local = {p.relative_to(release).as_posix() for p in Path(release).rglob("*") if p.is_file()}
+    remote = set(api.list_repo_files(repo, repo_type="dataset"))
+    foreign = sorted(remote - local - {".gitattributes"})  # the Hub's own file stays
+    if foreign and not replace:
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise PushRefused(
+            f"{repo} holds {len(foreign)} file(s) this release does not ({shown}); nothing was "
+            "uploaded: pass --replace to delete them, or push to another repo"
+        )
     info = api.upload_folder(
         repo_id=repo,
         repo_type="dataset",
         folder_path=str(release),
         commit_message=f"prb release {manifest['run_id']} ({manifest['config_fingerprint']})",
-        delete_patterns="*",
+        delete_patterns=foreign if replace and foreign else None,
     )
     return info.commit_url

@@ -293,6 +293,7 @@ class AnnotationKey(Record):
     """The private key file of one export: seed, batch assignments and every item's key."""
 
     run_id: str
+    export_id: str = ""  # random per export, carried by every exported file and item
     seed: int
     assignments: dict[str, list[str]]  # batch id -> annotator ids
     items: list[AnnotationKeyItem]

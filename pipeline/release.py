@@ -25,6 +25,7 @@ from pipeline.annotation import manifest_block, releasable
 from pipeline.cache import ResponseCache
 from pipeline.card import render_card
 from pipeline.config import RunConfig
+from pipeline.errors import DiskFullError, is_disk_full
 from pipeline.prompts import BUILD_TASKS, load_prompt
 from pipeline.records import AnnotationRecord, FilterRecord
 from pipeline.store import Records
@@ -306,6 +307,10 @@ def run(
             final.rename(old)
         tmp.rename(final)
         shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:  # Arrow's write errors often carry no file name: name the folder
+        if is_disk_full(e):
+            raise DiskFullError(tmp) from None
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
+from pipeline.errors import PrbError
 from pipeline.llm import LLM, LLMError
 from pipeline.prompts import load_prompt
 from pipeline.records import stable_id
@@ -27,7 +28,7 @@ CONTEXT_MODES = ("profile", "aspects", "narrative", "none")
 _WORD = re.compile(r"[a-z][a-z'-]+")
 
 
-class SpecError(ValueError):
+class SpecError(PrbError, ValueError):
     """A `--rm` spec that cannot be used; the message names the spec."""
 
 

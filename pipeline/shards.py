@@ -13,7 +13,6 @@ the outputs folder) on a shared filesystem.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import shutil
 import tempfile
@@ -131,30 +130,12 @@ def dask_task_runner(address: str | None = None, workers: int = 2):
     )
 
 
-@contextlib.contextmanager
-def shared_prefect_api():
-    """One Prefect API for the flow and every Dask worker: the configured one, or a temporary
-    server started here (otherwise each worker would start its own on the same database)."""
-    from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
-
-    if get_current_settings().api.url:
-        yield
-        return
-    from prefect.server.api.server import SubprocessASGIServer
-
-    server = SubprocessASGIServer()
-    server.start()
-    try:
-        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-            yield
-    finally:
-        server.stop()
-        os.environ.pop("PREFECT_API_URL", None)
-
-
 def run_on_dask(flow, config_path, overrides, *, address=None, workers=2, shards=8) -> dict:
     """Run the build flow with a DaskTaskRunner, model stages split into `shards` tasks."""
-    with shared_prefect_api():
+    from pipeline.prefect_env import api_server
+
+    # one Prefect API for the flow and every Dask worker (else each starts its own server)
+    with api_server():
         runner = dask_task_runner(address, workers)
         flow = flow.with_options(task_runner=runner)
         return asyncio.run(flow(config_path, overrides, shards=shards))

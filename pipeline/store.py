@@ -20,14 +20,26 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from pipeline.errors import DiskFullError, PrbError, is_disk_full, is_transient
 from pipeline.records import Dropped
 
 log = logging.getLogger("prb.store")
 M = TypeVar("M", bound=BaseModel)
 
 
-class StageFileError(ValueError):
+class StageFileError(PrbError, ValueError):
     pass
+
+
+@contextmanager
+def disk_full_names(path: Path):
+    """A write that fails for lack of space says which file it was writing."""
+    try:
+        yield
+    except OSError as e:
+        if is_disk_full(e):
+            raise DiskFullError(path) from None
+        raise
 
 
 def dumps(record: BaseModel) -> str:
@@ -41,18 +53,19 @@ os.umask(_UMASK)
 @contextmanager
 def atomic_write(path: Path, mode: str = "w"):
     """Write to a temp file beside `path`, fsync, then rename into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
-    try:
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with disk_full_names(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
+        try:
+            with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 class StageFile:
@@ -134,15 +147,16 @@ class StageFile:
     @contextmanager
     def appender(self):
         self._repair_tail()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as f:
+        with disk_full_names(self.path):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as f:
 
-            def append(record: BaseModel) -> None:
-                f.write(dumps(record) + "\n")
-                f.flush()
+                def append(record: BaseModel) -> None:
+                    f.write(dumps(record) + "\n")
+                    f.flush()
 
-            yield append
-            os.fsync(f.fileno())
+                yield append
+                os.fsync(f.fileno())
 
     def count(self) -> int:
         return sum(1 for _ in self.read())
@@ -150,12 +164,6 @@ class StageFile:
 
 def dropped_file(run_dir: Path) -> StageFile:
     return StageFile(run_dir, "dropped", Dropped)
-
-
-def is_transient(reason: str) -> bool:
-    """Retries ran out on a flaky endpoint (429/5xx/timeouts): a resumed run asks again instead
-    of keeping the drop. Every other reason is settled once written."""
-    return reason.endswith("endpoint_error")
 
 
 def latest(records: Iterable[M], key) -> list[M]:
@@ -247,9 +255,19 @@ async def process_stage(
     """
     import asyncio
 
+    from pipeline import progress
+
     drops = dropped_file(run_dir)
     done = settled_ids(stage, out, output_id, run_dir, unsettled)
-    todo = (x for x in inputs if input_id(x) not in done)  # streamed: `inputs` may be Records
+    shown = progress.stage(stage, total=len(inputs) if hasattr(inputs, "__len__") else None)
+
+    def todo(x) -> bool:
+        if input_id(x) in done:
+            shown.before += 1
+            return False
+        return True
+
+    todo_records = (x for x in inputs if todo(x))  # streamed: `inputs` may be Records
     counts = {"done_before": len(done), "new": 0, "dropped": 0}
     with out.appender() as append, drops.appender() as append_drop:
 
@@ -261,8 +279,9 @@ async def process_stage(
             else:
                 append(result)
                 counts["new"] += 1
+            shown.advance(result)
 
-        records = iter(todo)
+        records = iter(todo_records)
 
         async def worker() -> None:
             for x in records:  # workers share the iterator: each takes the next record
@@ -281,6 +300,8 @@ async def process_stage(
             while isinstance(first, BaseExceptionGroup):
                 first = first.exceptions[0]
             raise first from None
+        finally:
+            shown.finish()
     return counts
 
 
@@ -289,7 +310,7 @@ async def process_stage(
 FINGERPRINT_FILE = "fingerprint.json"
 
 
-class FingerprintError(ValueError):
+class FingerprintError(PrbError, ValueError):
     """The config or prompts changed since this run id started."""
 
 
@@ -304,15 +325,27 @@ def _flatten(data: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 
+SOURCES = "sources."  # fingerprint keys of the persona and question files read
+
+
 def run_fingerprint(cfg) -> dict:
-    """What a run's stage files depend on (config.RunConfig.resume_inputs) and the hashes of
-    the build's prompts."""
+    """What a run's stage files depend on (config.RunConfig.resume_inputs), the hashes of
+    the build's prompts and of the persona and question files the run was sampled from."""
+    from pipeline.personas import source_digests
     from pipeline.prompts import BUILD_TASKS, load_prompt
 
     flat = _flatten(cfg.resume_inputs())
     flat.update({f"prompts.{t}": load_prompt(t).sha256 for t in BUILD_TASKS})
+    flat.update({SOURCES + path: digest for path, digest in source_digests(cfg.personas).items()})
     canon = json.dumps(flat, sort_keys=True, ensure_ascii=False)
     return {"fingerprint": hashlib.sha256(canon.encode()).hexdigest()[:16], "inputs": flat}
+
+
+def _change(key: str, old: object, new: object) -> str:
+    if key.startswith(SOURCES):
+        what = "added" if old is None else "removed" if new is None else "edited"
+        return f"persona/question file {key.removeprefix(SOURCES)} {what} since the run started"
+    return f"{key}: {old!r} -> {new!r}"
 
 
 def has_work(run_dir: Path) -> bool:
@@ -329,7 +362,7 @@ def check_fingerprint(run_dir: Path, cfg) -> None:
             return
         old, new = saved["inputs"], now["inputs"]
         changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-        shown = "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed[:5])
+        shown = "; ".join(_change(k, old.get(k), new.get(k)) for k in changed[:5])
         more = f" (and {len(changed) - 5} more)" if len(changed) > 5 else ""
         raise FingerprintError(
             f"run {cfg.run_id!r} ({run_dir}) was started with other settings, so resuming it "
@@ -342,9 +375,12 @@ def check_fingerprint(run_dir: Path, cfg) -> None:
         json.dump(now, f, indent=2, sort_keys=True)
 
 
-def move_aside(run_dir: Path) -> Path:
-    """Rename a run directory to the first free `<run>.old-N`; returns the new path."""
+def move_aside(run_dir: Path, outputs: Path) -> Path:
+    """Rename a run directory to the first free `<run>.old-N`; returns the new path. Only ever
+    a run's own folder directly under `outputs`, never the outputs folder or anything else."""
     run_dir = Path(run_dir)
+    if run_dir.resolve().parent != Path(outputs).resolve() or run_dir.is_symlink():
+        raise PrbError(f"{run_dir}: not a run folder directly under {outputs}; nothing was moved")
     n = 1
     while (aside := run_dir.with_name(f"{run_dir.name}.old-{n}")).exists():
         n += 1

@@ -17,6 +17,9 @@ os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["DO_NOT_TRACK"] = "1"
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
+# datasets caches a local folder under its name and config, not its content: two releases at
+# the same relative layout would share (stale) cache entries across test sessions
+os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="prb-hf-datasets-")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 REPO = Path(__file__).resolve().parent.parent

@@ -31,6 +31,7 @@ from pipeline.annotation.layout import (
 from pipeline.annotation.stats import summary, verdicts
 from pipeline.cli import app
 from pipeline.config import AnnotationConfig, load_config
+from pipeline.errors import NothingReleased
 from pipeline.records import AnnotationKeyItem, FilterRecord
 from pipeline.store import StageFile
 
@@ -44,8 +45,9 @@ def built(tmp_path_factory, sim_url):
     """One small real build (simulator over HTTP, real Prefect); tests work on copies."""
     tmp = tmp_path_factory.mktemp("annot")
     config = write_config(tmp, sim_url, **SMALL)
-    result = build(config)
-    return tmp / "outputs", Path(result["run_dir"]).name
+    with pytest.raises(NothingReleased, match="none of the 6 kept pairs has a confirmed human"):
+        build(config)  # every stage done; the release waits for human verdicts
+    return tmp / "outputs", "demo"
 
 
 @pytest.fixture
@@ -98,16 +100,20 @@ BEHAVIOUR = {"ann-1": truthful, "ann-2": truthful, "ann-3": careless}
 def write_labels(run_dir: Path, fmt: str, out: Path, who=BEHAVIOUR, only=None) -> list[Path]:
     """Label every exported item, one file per batch in the given tool's export format."""
     key = load_key(run_dir)
+    out.mkdir(parents=True, exist_ok=True)
     files = []
-    for batch_id in key.assignments:
+    everyone = who
+    for batch_id, assigned in key.assignments.items():
         items = [i for i in key.items if i.batch_id == batch_id and (only is None or only(i))]
         if not items:
             continue
+        who = {a: fn for a, fn in everyone.items() if a in assigned}  # as the tool would
         bdir = batches_dir(run_dir) / batch_id
         if fmt == "csv":
             path = out / f"{batch_id}.csv"
             rows = [
                 {
+                    "export_id": key.export_id,
                     "batch_id": batch_id,
                     "item_id": i.item_id,
                     "annotator_id": a,
@@ -336,11 +342,18 @@ def test_key_never_reaches_annotator_files(run_copy):
         leaked = [w for w in words for s in structure if w in s.lower()]
         assert not leaked, f"{path} reveals {leaked}"
     assert len({len(i.item_id) for i in key.items}) == 1  # ids look alike whatever the kind
-    # A/B really is shuffled, and the same export seed gives the same key
+    # A/B really is shuffled; the same export seed gives the same layout, and a new export
+    # gets a new export id and item ids that share nothing with the old ones
     assert {i.a_is for i in key.items if i.kind == "pair"} == {"chosen", "rejected"}
-    first = key_path(run_dir).read_text()
     export(run_dir, "r", cfg(), annotators=2, pool=ANNOTATORS, force=True)
-    assert key_path(run_dir).read_text() == first
+    again = load_key(run_dir)
+
+    def layout(k):
+        return [(i.batch_id, i.pair_id, i.kind, i.a_is) for i in k.items]
+
+    assert layout(again) == layout(key) and again.assignments == key.assignments
+    assert again.export_id != key.export_id
+    assert not {i.item_id for i in again.items} & {i.item_id for i in key.items}
     # each batch goes to 2 of the 3 annotators, rotating: consecutive batches overlap
     who = list(key.assignments.values())
     assert all(len(w) == 2 for w in who) and (len(who) < 2 or set(who[0]) & set(who[1]))
@@ -458,7 +471,7 @@ def test_cli_and_release_gating(run_copy, tmp_path):
     bad = runner.invoke(
         app, ["annotate", "import", str(run_dir), *map(str, files), str(extra[0]), str(extra[0])]
     )
-    assert bad.exit_code == 1 and "duplicate label" in bad.output
+    assert bad.exit_code == 2 and "duplicate label" in bad.output
     assert not labels_path(run_dir).exists()
     ok = runner.invoke(app, ["annotate", "import", str(run_dir), *map(str, files), str(extra[0])])
     assert ok.exit_code == 0, ok.output
@@ -500,3 +513,108 @@ def test_releasable_rule():
         run = RunConfig(annotation={"required": required})
         got = {v for v in verdicts_ if releasable(run, AnnotationRecord(pair_id="p", verdict=v))}
         assert got == allowed, required
+
+
+# --- labels can only land on their own run's export (issue 14) --------------------------------
+
+
+def test_labels_of_another_run_are_refused(built, tmp_path):
+    """Two runs with the same seed: their exports share no item id, and a file labelled for one
+    is refused by the other, naming the file and its first foreign item."""
+    outputs, run_id = built
+    runs = {}
+    for name in ("a", "b"):
+        shutil.copytree(outputs, tmp_path / name / "outputs")
+        runs[name] = tmp_path / name / "outputs" / run_id
+        export(runs[name], run_id, cfg(), annotators=2, pool=ANNOTATORS)
+    key_a, key_b = load_key(runs["a"]), load_key(runs["b"])
+    assert key_a.export_id != key_b.export_id
+    assert not {i.item_id for i in key_a.items} & {i.item_id for i in key_b.items}
+    for fmt in ("csv", "label_studio", "argilla"):
+        files = write_labels(runs["a"], fmt, tmp_path / "a", who={"ann-1": truthful})
+        with pytest.raises(AnnotationError) as err:
+            import_labels(runs["b"], files)
+        first = files[0].read_text()
+        message = str(err.value)
+        assert str(files[0]) in message and key_a.export_id in message
+        assert key_b.export_id in message and "import each file into the run" in message
+        foreign = message.split(": item ")[1].split()[0]
+        assert foreign in first and foreign in {i.item_id for i in key_a.items}
+        assert not labels_path(runs["b"]).exists()
+    # a tool that dropped the export id: the item ids alone still cannot match another export
+    rows = [r for f in write_labels(runs["a"], "csv", tmp_path / "a2", who={"ann-1": truthful})
+            for r in csv.DictReader(f.open())]  # fmt: skip
+    for r in rows:
+        r["export_id"] = ""
+    path = tmp_path / "stripped.csv"
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(AnnotationError, match="unknown item id, not in this run's export"):
+        import_labels(runs["b"], [path])
+    import_labels(runs["a"], files)  # and into its own run it goes
+    assert len(load_labels(runs["a"])) == len(rows)
+
+
+def test_labels_from_an_annotator_not_assigned_to_the_batch_are_refused(run_copy, tmp_path):
+    run_dir, _ = run_copy
+    export(run_dir, "r", cfg(), annotators=1, pool=["ann-1", "ann-2"])
+    key = load_key(run_dir)
+    first_batch = next(iter(key.assignments))
+    assert key.assignments[first_batch] == ["ann-1"]
+    files = write_labels(run_dir, "csv", tmp_path, who={"ann-1": truthful})
+    rows = list(csv.DictReader(files[0].open()))
+    rows[0]["annotator_id"] = "ann-2"  # ann-2 labels a batch that is not theirs
+    with files[0].open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    with pytest.raises(
+        AnnotationError, match=f"annotator 'ann-2' is not assigned to {first_batch}"
+    ):
+        import_labels(run_dir, files)
+    assert not labels_path(run_dir).exists()
+
+
+def test_unsafe_annotator_ids_are_refused(run_copy):
+    run_dir, _ = run_copy
+    with pytest.raises(AnnotationError, match=r"annotator id '\.\./x' is not a safe name"):
+        export(run_dir, "r", cfg(), annotators=1, pool=["../x"])
+    assert not (run_dir.parent / "x.csv").exists() and not key_path(run_dir).exists()
+
+
+def test_imports_started_together_all_count(run_copy, tmp_path):
+    """Six `prb annotate import` processes at once, each with its own files: every label lands
+    (it used to keep whichever import wrote last: 42 of 70)."""
+    import subprocess
+    import sys
+
+    run_dir, _ = run_copy
+    export(run_dir, "r", cfg(batch_size=2), annotators=3, pool=ANNOTATORS)
+    files = []
+    for a in ANNOTATORS:
+        files += write_labels(run_dir, "csv", tmp_path / a, who={a: BEHAVIOUR[a]})
+    groups = [files[i::6] for i in range(6)]
+    assert all(groups)
+    expected = sum(len(list(csv.DictReader(f.open()))) for f in files)
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pipeline.cli",
+                "annotate",
+                "import",
+                str(run_dir),
+                *map(str, group),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )  # fmt: skip
+        for group in groups
+    ]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert len(load_labels(run_dir)) == expected

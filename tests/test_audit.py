@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from pipeline.audit import write_report
 from pipeline.cli import app
+from pipeline.errors import NothingReleased
 
 PNG = b"\x89PNG\r\n\x1a\n"
 SECTIONS = ["warnings", "funnel", "quality", "length", "blind", "breakdowns", "worst"]
@@ -93,8 +94,9 @@ def test_report_figures_match_the_run_files(clean_run):
 
 def test_warnings_when_quality_leaks(tmp_path, sim_factory):
     url = sim_factory(degrade_rate=1.0)
-    result = build(write_config(tmp_path, url, personas={"per_category": 2}))
-    run_dir = Path(result["run_dir"])
+    with pytest.raises(NothingReleased, match="the filters dropped all 6 pairs"):
+        build(write_config(tmp_path, url, personas={"per_category": 2}))
+    run_dir = tmp_path / "outputs" / "demo"  # nothing released, every stage file written
     report = json.loads((write_report(run_dir) / "audit.json").read_text())
     text = "\n".join(report["warnings"])
     assert "excludes 50%" in text and "median length ratio" in text

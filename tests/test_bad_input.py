@@ -107,7 +107,9 @@ def test_bad_persona_file(kind, replacement, message, intact):
             build(config)
         result = CliRunner().invoke(app, ["build", "--config", str(config)])
         assert result.exit_code == 2
-        assert "build stopped:" in result.output and ".jsonl" in result.output
+        # one line, no traceback: the file, the record and what to do
+        assert result.output.startswith("error: ") and result.output.count("\n") == 1
+        assert ".jsonl" in result.output and "prb personas validate" in result.output
     finally:
         restore()
 

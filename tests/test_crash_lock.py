@@ -13,6 +13,7 @@ from conftest import build, write_config
 from typer.testing import CliRunner
 
 from pipeline.cli import app
+from pipeline.errors import NothingReleased
 from pipeline.lock import RunLock, RunLockedError
 from pipeline.store import FingerprintError
 
@@ -71,8 +72,8 @@ def test_changed_settings_refuse_to_resume_unless_forced(tmp_path, sim_url):
 
     # operational knobs do not block a resume, nor do sections every build recomputes
     build(config, model__concurrency=1, model__timeout_s=30.0)
-    gated = build(config, annotation__required=True, release__license="cc-by-sa-4.0")
-    assert gated["funnel"]["released"] == 0  # required, and no labels imported yet
+    with pytest.raises(NothingReleased, match="none of the 6 kept pairs has a confirmed"):
+        build(config, annotation__required=True, release__license="cc-by-sa-4.0")
 
     changed = write_config(tmp_path, sim_url, personas=small, filters={"min_quality": 4.5})
     before = (run_dir / "filters.jsonl").read_bytes()

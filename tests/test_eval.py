@@ -195,7 +195,8 @@ def test_judges_use_the_profile_and_ask_both_orders(tmp_path, sim_url):
     assert acc["judge-pair(model=prb-sim-1)/profile"] >= 0.75
     assert acc["judge(model=prb-sim-1)/profile"] - acc["judge(model=prb-sim-1)/none"] >= 0.3
     assert acc["judge-pair(model=prb-sim-1)/none"] <= 0.5  # no context: length/position only
-    assert usage["eval"]["calls"] == 12 * 2 * 5  # two answers, or both A/B orders, per pair
+    # two answers, or both A/B orders, per pair; each judge's calls counted under its name
+    assert {k: u["calls"] for k, u in usage.items()} == {f"eval {r['model']}": 24 for r in res}
     pairwise = next(r for r in res if r["model"] == "judge-pair(model=prb-sim-1)/profile")
     assert {p["score_chosen"] + p["score_rejected"] for p in pairwise["pairs"]} == {2.0}
 

@@ -14,6 +14,7 @@ it still answers over real HTTP through the openai client.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import threading
@@ -30,6 +31,7 @@ from tenacity import RetryCallState
 
 from pipeline.cache import ResponseCache
 from pipeline.config import ModelConfig
+from pipeline.errors import NothingReleased
 from pipeline.llm import LLM, LLMError, PermanentLLMError
 from pipeline.prompts import load_prompt
 from pipeline.sim.server import SimOptions, create_app, free_port
@@ -239,10 +241,9 @@ def test_exhausted_retries_become_recorded_drop_reasons(sim, tmp_path):
     url, opts = sim
     opts.rate_503, opts.fault_tasks = 1.0, "judge_blind"
     model = {"max_retries": 1, "backoff_initial_s": 0.01, "backoff_max_s": 0.02}
-    result = build(write_config(tmp_path, url, personas={"per_category": 2}, model=model))
-    manifest = json.loads((Path(result["release_dir"]) / "manifest.json").read_text())
-    assert manifest["drop_reasons"]["judge_endpoint_error"] == 6
-    filters = (Path(result["run_dir"]) / "filters.jsonl").read_text().splitlines()
+    with pytest.raises(NothingReleased, match=r"all 6 pairs \(judge_endpoint_error 6; .*up\?"):
+        build(write_config(tmp_path, url, personas={"per_category": 2}, model=model))
+    filters = (tmp_path / "outputs" / "demo" / "filters.jsonl").read_text().splitlines()
     assert len(filters) == 6
     assert all("judge_endpoint_error" in json.loads(f)["reasons"] for f in filters)
     assert opts.stats["fault_503"] == 6 * 2 * 2  # 2 blind calls per pair, 2 tries each
@@ -326,10 +327,9 @@ def test_resume_asks_again_what_a_flaky_endpoint_left_undone(task, sim, tmp_path
     opts.rate_503, opts.fault_tasks = 1.0, task
     model = {"max_retries": 1, "backoff_initial_s": 0.01, "backoff_max_s": 0.02}
     config = write_config(tmp_path / "flaky", url, personas=small, model=model)
-    outage = build(config)
     reason = "planner_endpoint_error" if task == "planner" else "judge_endpoint_error"
-    manifest = json.loads((Path(outage["release_dir"]) / "manifest.json").read_text())
-    assert manifest["drop_reasons"][reason] == 6
+    with pytest.raises(NothingReleased, match=rf"{reason}.*HTTP 503 from http://127\.0\.0\.1"):
+        build(config)  # every record lost to the outage: nothing released, exit 5 in the CLI
 
     opts.rate_503 = 0.0  # the endpoint recovers
     resumed = build(config)
@@ -340,3 +340,55 @@ def test_resume_asks_again_what_a_flaky_endpoint_left_undone(task, sim, tmp_path
     assert resumed["funnel"] == clean["funnel"]
     again = build(config)  # settled now: nothing left to ask
     assert sum(u["calls"] for u in again["usage"].values()) == 0
+
+
+def test_garbled_answers_are_asked_again_on_resume(sim, tmp_path, sim_url):
+    """Half the answers come back as non-JSON, truncated or cut off; with retries exhausted they
+    are dropped as `_unparseable`. Those are the endpoint's failures, not settled outcomes: once
+    it recovers, resuming gives exactly the release of a run that never saw them (it used to
+    keep them as drops forever)."""
+    url, opts = sim
+    small = {"per_category": 2}
+    clean = build(write_config(tmp_path / "clean", sim_url, personas=small))
+    opts.seed, opts.rate_non_json, opts.rate_truncated, opts.rate_malformed = 11, 0.2, 0.2, 0.1
+    model = {"max_retries": 1, "backoff_initial_s": 0.0, "backoff_max_s": 0.0}
+    config = write_config(tmp_path / "garbled", url, personas=small, model=model)
+    with contextlib.suppress(NothingReleased):  # the faults may well have taken every pair
+        build(config)
+    run_dir = tmp_path / "garbled" / "outputs" / "demo"
+    drops = (run_dir / "dropped.jsonl").read_text().splitlines()
+    dropped = [json.loads(x)["reason"] for x in drops]
+    judged = [json.loads(x) for x in (run_dir / "filters.jsonl").read_text().splitlines()]
+    unparseable = [r for r in dropped if r.endswith("_unparseable")]
+    unparseable += [r for f in judged for r in f["reasons"] if r.endswith("_unparseable")]
+    assert unparseable, "the faults must leave some records unparseable for this test"
+
+    opts.rate_non_json = opts.rate_truncated = opts.rate_malformed = 0.0  # recovered
+    resumed = build(config)
+    assert data_files(Path(resumed["release_dir"])) == data_files(Path(clean["release_dir"]))
+    manifest = json.loads((Path(resumed["release_dir"]) / "manifest.json").read_text())
+    assert not [r for r in manifest["drop_reasons"] if r.endswith("_unparseable")]
+    assert resumed["funnel"] == clean["funnel"]
+
+
+def test_a_request_the_server_rejects_drops_only_its_record(sim, tmp_path):
+    """A 400 (here: the prompt is over the model's context length) concerns one request: its
+    record is dropped with the server's own message, and the run goes on (it used to stop the
+    whole run with 'check the endpoint, model and key')."""
+    url, opts = sim
+    opts.context_limit = 350  # the planner prompts of the two longest profiles are over it
+    config = write_config(tmp_path, url, personas={"per_category": 2})
+    result = build(config)
+    dropped = [
+        json.loads(x)
+        for x in (Path(result["run_dir"]) / "dropped.jsonl").read_text().split("\n")
+        if x
+    ]
+    assert dropped and {d["reason"] for d in dropped} == {"planner_bad_request"}
+    assert all("maximum context length is 350 tokens" in d["detail"] for d in dropped)
+    assert result["funnel"]["rubrics"] == 6 - len(dropped) and result["funnel"]["released"] > 0
+    manifest = json.loads((Path(result["release_dir"]) / "manifest.json").read_text())
+    assert manifest["drop_reasons"]["planner_bad_request"] == len(dropped)
+    calls = opts.stats["fault_400"]
+    build(config)  # settled: a bad request is not asked again on resume
+    assert opts.stats["fault_400"] == calls

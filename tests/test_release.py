@@ -113,7 +113,9 @@ def test_every_config_loads_with_datasets(runs):
         for row in ds:
             versions = {v["task"]: v["ref"] for v in row["prompt_versions"]}
             assert set(versions) == {"content_plan", "chosen", "rejected"}
-            assert row["id"] == pair_id(row["persona_id"], row["question"], versions)
+            assert row["id"] == pair_id(
+                row["persona_id"], row["question"], row["profile"], versions
+            )
             assert row["generator_model"] == row["judge_model"] == "prb-sim-1"
             assert row["annotation"]["verdict"] == "unlabelled"
             assert row["rejected_strategy"] and row["chosen"] != row["rejected"]
@@ -305,5 +307,5 @@ def test_push_refuses_without_a_token(runs, tmp_path):
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "push refused" in proc.stdout
-    assert "no Hugging Face token" in proc.stdout and "HF_TOKEN" in proc.stdout
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")  # one line
+    assert "no Hugging Face token" in proc.stderr and "HF_TOKEN" in proc.stderr

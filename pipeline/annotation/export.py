@@ -18,6 +18,7 @@ import csv
 import io
 import json
 import random
+import secrets
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -29,10 +30,12 @@ from pipeline.annotation.layout import (
     annotation_dir,
     batches_dir,
     key_path,
+    labels_lock,
     labels_path,
 )
 from pipeline.config import REPO_ROOT, AnnotationConfig
-from pipeline.records import AnnotationKey, AnnotationKeyItem, FilterRecord, Pair
+from pipeline.errors import PrbError, safe_name
+from pipeline.records import AnnotationKey, AnnotationKeyItem, FilterRecord, Pair, stable_id
 from pipeline.store import StageFile, latest
 
 CONFIG_FILES = ("GUIDELINES.md", "label_studio.xml", "argilla_settings.json")
@@ -62,16 +65,23 @@ def kept_pairs(run_dir: Path) -> list[Pair]:
 
 
 def plan(
-    pairs: list[Pair], run_id: str, cfg: AnnotationConfig, annotators: int, pool: list[str]
+    pairs: list[Pair],
+    run_id: str,
+    cfg: AnnotationConfig,
+    annotators: int,
+    pool: list[str],
+    export_id: str,
 ) -> AnnotationKey:
-    """The whole export as a key: deterministic for the same pairs, seed and sizes."""
+    """The whole export as a key: deterministic for the same pairs, seed, sizes and export id.
+    Item ids are derived from the export id, so no two exports (of one run or of two runs with
+    the same seed) share an item id, and a label can only ever land on its own export's item."""
     if len(pool) < annotators:
         raise AnnotationError(f"annotator pool has {len(pool)} ids, fewer than {annotators}")
     rng = random.Random(f"prb-annotation:{cfg.seed}")
     used: set[str] = set()
 
     def new_id() -> str:
-        while (item_id := f"i{rng.getrandbits(40):010x}") in used:
+        while (item_id := stable_id(export_id, rng.getrandbits(40), prefix="i", n=12)) in used:
             pass
         used.add(item_id)
         return item_id
@@ -134,7 +144,9 @@ def plan(
                 )
         rng.shuffle(batch)
         items.extend(batch)
-    return AnnotationKey(run_id=run_id, seed=cfg.seed, assignments=assignments, items=items)
+    return AnnotationKey(
+        run_id=run_id, export_id=export_id, seed=cfg.seed, assignments=assignments, items=items
+    )
 
 
 def shown(item: AnnotationKeyItem, pairs: dict[str, Pair]) -> dict[str, str]:
@@ -152,25 +164,29 @@ def shown(item: AnnotationKeyItem, pairs: dict[str, Pair]) -> dict[str, str]:
     return {"profile": profile, "question": pair.task.question, "answer_a": a, "answer_b": b}
 
 
-def label_studio_tasks(batch: list[AnnotationKeyItem], pairs: dict[str, Pair]) -> list[dict]:
-    return [
-        {"data": {"item_id": i.item_id, "batch_id": i.batch_id, **shown(i, pairs)}} for i in batch
-    ]
+def bound(key: AnnotationKey, item: AnnotationKeyItem) -> dict[str, str]:
+    """What ties an exported item to its run and export: carried in every file, checked on
+    import, so labels can never be applied to another run's pairs."""
+    return {
+        "run_id": key.run_id,
+        "export_id": key.export_id,
+        "item_id": item.item_id,
+        "batch_id": item.batch_id,
+    }
 
 
-def argilla_records(batch: list[AnnotationKeyItem], pairs: dict[str, Pair]) -> list[dict]:
+def label_studio_tasks(key: AnnotationKey, batch: list, pairs: dict[str, Pair]) -> list[dict]:
+    return [{"data": {**bound(key, i), **shown(i, pairs)}} for i in batch]
+
+
+def argilla_records(key: AnnotationKey, batch: list, pairs: dict[str, Pair]) -> list[dict]:
     # the shape of argilla's Record.to_dict / Record.from_dict (v2), ready for records.log
-    return [
-        {
-            "id": i.item_id,
-            "fields": shown(i, pairs),
-            "metadata": {"item_id": i.item_id, "batch_id": i.batch_id},
-        }
-        for i in batch
-    ]
+    return [{"id": i.item_id, "fields": shown(i, pairs), "metadata": bound(key, i)} for i in batch]
 
 
-def csv_sheet(batch: list[AnnotationKeyItem], pairs: dict[str, Pair], annotator: str) -> str:
+def csv_sheet(
+    key: AnnotationKey, batch: list[AnnotationKeyItem], pairs: dict[str, Pair], annotator: str
+) -> str:
     """One annotator's spreadsheet: the label columns to fill, then the item's content."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -178,6 +194,7 @@ def csv_sheet(batch: list[AnnotationKeyItem], pairs: dict[str, Pair], annotator:
     for i in batch:
         content = shown(i, pairs)
         row = dict.fromkeys(CSV_COLUMNS, "") | {
+            "export_id": key.export_id,
             "batch_id": i.batch_id,
             "item_id": i.item_id,
             "annotator_id": annotator,
@@ -195,6 +212,11 @@ def export(
     force: bool = False,
 ) -> ExportSummary:
     run_dir = Path(run_dir)
+    with labels_lock(run_dir):  # no import may add labels while the export is replaced
+        return _export(run_dir, run_id, cfg, annotators, pool, force)
+
+
+def _export(run_dir, run_id, cfg, annotators, pool, force) -> ExportSummary:
     if labels_path(run_dir).exists() and labels_path(run_dir).stat().st_size:
         raise AnnotationError(
             f"{labels_path(run_dir)}: labels were already imported for this export; "
@@ -202,9 +224,16 @@ def export(
         )
     if key_path(run_dir).exists() and not force:
         raise AnnotationError(f"{key_path(run_dir)}: already exported (use --force to redo)")
-    pairs = kept_pairs(run_dir)
     pool = pool or [f"annotator-{n + 1:02d}" for n in range(annotators)]
-    key = plan(pairs, run_id, cfg, annotators, pool)
+    for annotator in pool:  # an annotator id names that annotator's CSV file
+        try:
+            safe_name(annotator, "annotator id")
+        except PrbError as e:
+            raise AnnotationError(f"--pool: {e}") from None
+    if len(set(pool)) != len(pool):
+        raise AnnotationError(f"--pool: an annotator id is listed twice: {', '.join(pool)}")
+    pairs = kept_pairs(run_dir)
+    key = plan(pairs, run_id, cfg, annotators, pool, export_id=f"e{secrets.token_hex(6)}")
     by_id = {p.pair_id: p for p in pairs}
 
     root = annotation_dir(run_dir)
@@ -220,11 +249,11 @@ def export(
             batch = [i for i in key.items if i.batch_id == batch_id]
             bdir = out / batch_id
             bdir.mkdir()
-            _dump(bdir / "label_studio_tasks.json", label_studio_tasks(batch, by_id))
-            _dump(bdir / "argilla_records.json", argilla_records(batch, by_id))
+            _dump(bdir / "label_studio_tasks.json", label_studio_tasks(key, batch, by_id))
+            _dump(bdir / "argilla_records.json", argilla_records(key, batch, by_id))
             for annotator in who:
                 (bdir / f"{annotator}.csv").write_text(
-                    csv_sheet(batch, by_id, annotator), encoding="utf-8"
+                    csv_sheet(key, batch, by_id, annotator), encoding="utf-8"
                 )
         (tmp / "private").mkdir()
         (tmp / "private" / "key.json").write_text(key.model_dump_json(indent=1) + "\n")

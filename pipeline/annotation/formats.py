@@ -26,6 +26,7 @@ class RawLabel:
     item_id: str | None
     batch_id: str | None  # as the file states it, if the format carries it
     annotator_id: str | None
+    export_id: str | None = None  # the export the file says the item came from
     values: dict[str, object] = field(default_factory=dict)  # LABEL_FIELDS that were present
     labelled_at: str | None = None
 
@@ -73,6 +74,7 @@ def read_csv(path: Path, text: str) -> list[RawLabel]:
                 item_id=(row["item_id"] or "").strip() or None,
                 batch_id=(row["batch_id"] or "").strip() or None,
                 annotator_id=(row["annotator_id"] or "").strip() or None,
+                export_id=(row["export_id"] or "").strip() or None,
                 values=values,
                 labelled_at=(row["labelled_at"] or "").strip() or None,
             )
@@ -107,6 +109,7 @@ def read_label_studio(path: Path, tasks: list[dict]) -> list[RawLabel]:
                     item_id=data.get("item_id"),
                     batch_id=data.get("batch_id"),
                     annotator_id=None if who is None else str(who),
+                    export_id=data.get("export_id"),
                     values=values,
                     labelled_at=ann.get("updated_at") or ann.get("created_at"),
                 )
@@ -156,6 +159,7 @@ def read_argilla(path: Path, records: list[dict]) -> list[RawLabel]:
                     item_id=item_id,
                     batch_id=meta.get("batch_id"),
                     annotator_id=None if user == "None" else user,
+                    export_id=meta.get("export_id"),
                     values={k: v for k, v in values.items() if k in LABEL_FIELDS},
                     labelled_at=record.get("updated_at") or record.get("inserted_at"),
                 )

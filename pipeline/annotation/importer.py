@@ -1,8 +1,10 @@
 """`prb annotate import`: read labelled files, check all of them, then un-blind and append.
 
 Every file is read and every label checked before anything is written: one bad label anywhere
-(unknown item, wrong batch, duplicate, missing or invalid field) rejects the whole import with
-a message naming the file, item and annotator, and labels.jsonl stays as it was.
+(an item of another run or export, unknown item, wrong batch, an annotator not assigned to the
+batch, duplicate, missing or invalid field) rejects the whole import with a message naming the
+file, item and annotator, and labels.jsonl stays as it was. Imports hold a lock on the run's
+labels, so imports started at the same time add up instead of overwriting each other.
 """
 
 from __future__ import annotations
@@ -12,8 +14,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipeline.annotation.formats import RawLabel, parse_values, read_labels
-from pipeline.annotation.layout import AnnotationError, key_path, labels_file, load_key
-from pipeline.records import AnnotationKeyItem, AnnotationLabel
+from pipeline.annotation.layout import (
+    AnnotationError,
+    key_path,
+    labels_file,
+    labels_lock,
+    load_key,
+)
+from pipeline.records import AnnotationKey, AnnotationKeyItem, AnnotationLabel
 
 MAX_SHOWN = 20  # problems listed in the error; the count says how many there were
 
@@ -53,7 +61,27 @@ def unblind(
     )
 
 
+def foreign(key: AnnotationKey, path: Path, raws) -> str | None:
+    """A file (or part of one) exported by another run or another export of this run: refused
+    whole, naming its first foreign item, before any of its labels is looked at."""
+    other = [r for r in raws if r.export_id and r.export_id != key.export_id]
+    if not other:
+        return None
+    first = other[0]
+    more = f" (and {len(other) - 1} more)" if len(other) > 1 else ""
+    return (
+        f"{path}: {first.where}: item {first.item_id} comes from export {first.export_id}{more}, "
+        f"not from this run's export {key.export_id or '(unnamed)'} of run {key.run_id!r}: "
+        "import each file into the run it was exported from"
+    )
+
+
 def import_labels(run_dir: Path, files: list[Path]) -> ImportSummary:
+    with labels_lock(run_dir):
+        return _import(run_dir, files)
+
+
+def _import(run_dir: Path, files: list[Path]) -> ImportSummary:
     key = load_key(run_dir)
     if key is None:
         raise AnnotationError(f"{key_path(run_dir)}: no export for this run; export first")
@@ -68,6 +96,8 @@ def import_labels(run_dir: Path, files: list[Path]) -> ImportSummary:
     for path in map(Path, files):
         fmt, raws = read_labels(path)
         by_file[str(path)] = (fmt, len(raws))
+        if (elsewhere := foreign(key, path, raws)) is not None:
+            raise AnnotationError(f"nothing imported: {elsewhere}")
         for raw in raws:
             who = f"{raw.where}: item {raw.item_id or '?'} (annotator {raw.annotator_id or '?'})"
             item = items.get(raw.item_id or "")
@@ -85,6 +115,13 @@ def import_labels(run_dir: Path, files: list[Path]) -> ImportSummary:
                 continue
             if not raw.annotator_id:
                 problems.append(f"{who}: missing annotator id")
+                continue
+            assigned = key.assignments.get(item.batch_id, [])
+            if raw.annotator_id not in assigned:
+                problems.append(
+                    f"{who}: annotator {raw.annotator_id!r} is not assigned to {item.batch_id} "
+                    f"(assigned: {', '.join(assigned)})"
+                )
                 continue
             if (raw.item_id, raw.annotator_id) in seen:
                 problems.append(

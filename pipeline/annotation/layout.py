@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipeline.errors import PrbError
 from pipeline.records import AnnotationKey, AnnotationLabel
 from pipeline.store import StageFile
 
 PREFERENCES = ("A_much_better", "A_slightly_better", "tie", "B_slightly_better", "B_much_better")
 SCORES = ("correct_a", "relevant_a", "helpful_a", "correct_b", "relevant_b", "helpful_b")
 LABEL_FIELDS = ("preference", *SCORES, "reason")
-CSV_COLUMNS = ("batch_id", "item_id", "annotator_id", *LABEL_FIELDS, "labelled_at")
+CSV_COLUMNS = ("export_id", "batch_id", "item_id", "annotator_id", *LABEL_FIELDS, "labelled_at")
 CONTENT = ("profile", "question", "answer_a", "answer_b")
 
 
-class AnnotationError(ValueError):
+class AnnotationError(PrbError, ValueError):
     """Bad annotation input or state; the message names the file and the item."""
 
 
@@ -37,6 +38,15 @@ def key_path(run_dir: Path) -> Path:
 
 def labels_path(run_dir: Path) -> Path:
     return annotation_dir(run_dir) / "labels.jsonl"
+
+
+def labels_lock(run_dir: Path):
+    """Held while labels.jsonl is read, checked and rewritten: imports run one at a time, so two
+    at once cannot both read the old file and each write it back without the other's labels."""
+    from filelock import FileLock
+
+    annotation_dir(run_dir).mkdir(parents=True, exist_ok=True)
+    return FileLock(annotation_dir(run_dir) / ".labels.lock")
 
 
 def labels_file(run_dir: Path) -> StageFile:

@@ -23,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from pipeline.config import PersonaConfig, resolve_path
+from pipeline.errors import PrbError
 from pipeline.records import Persona, Question
 
 log = logging.getLogger("prb.personas")
@@ -32,7 +33,7 @@ DATA_SUFFIXES = {".jsonl", ".yaml", ".yml", ".json"}
 P = TypeVar("P")  # a Persona or a PoolPersona: the sampler reads id, category and levels
 
 
-class PersonaFileError(ValueError):
+class PersonaFileError(PrbError, ValueError):
     """Bad persona or question data; the message names file, line and field."""
 
 
@@ -202,6 +203,31 @@ def load_questions(paths: Iterable[str | Path]) -> list[Question]:
 
 
 # --- where a build gets its personas ----------------------------------------------------------
+
+
+def source_digests(cfg: PersonaConfig) -> dict[str, str]:
+    """A digest of every file the personas and questions stages read, by path: a run's stage
+    files were made from these bytes, so a resume must find them unchanged. A hub source is
+    named, not hashed (reading it would need the network)."""
+    import hashlib
+
+    if cfg.source.startswith("hf:"):
+        return {cfg.source: "hub dataset (not hashed)"}
+    if cfg.source == "library":
+        files = data_files([*cfg.library, *cfg.questions])
+    else:
+        files = [resolve_path(cfg.source)]
+    out = {}
+    for path in files:
+        h = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        except OSError as e:
+            raise PersonaFileError(f"{path}: cannot read: {e.strerror}") from None
+        out[str(path)] = h.hexdigest()[:16]
+    return out
 
 
 def source_personas(cfg: PersonaConfig) -> list[Persona]:

@@ -14,7 +14,15 @@ from pathlib import Path
 
 from rapidfuzz import fuzz, process, utils
 
-from pipeline.personas import Taxonomy, data_files, record_id, scan_records, schema_errors
+from pipeline.personas import (
+    PersonaFileError,
+    Taxonomy,
+    _jsonl_records,
+    data_files,
+    record_id,
+    scan_records,
+    schema_errors,
+)
 from pipeline.records import CATEGORIES, Persona, Question
 
 # Length limits (characters). Library texts are well inside them; past them a text is no
@@ -354,3 +362,98 @@ def validate(paths: Iterable[str | Path], tax: Taxonomy) -> Report:
     """Read and check every record under `paths`; nothing is written."""
     entries, issues = parse_paths(paths)
     return Report(entries, issues + check_entries(entries, tax))
+
+
+# --- what a build checks before its first model call -----------------------------------------
+
+
+def _records(path: Path):
+    """(line, record, problem) of one file, streamed for JSONL so a large pool is never whole
+    in memory."""
+    if path.suffix == ".jsonl":
+        try:
+            for lineno, _, obj, problem in _jsonl_records(path):
+                yield lineno, obj, problem
+        except OSError as e:
+            yield 0, None, f"{path}: cannot read: {e.strerror}"
+        return
+    records, problems = scan_records(path)
+    for problem in problems:
+        yield 0, None, problem
+    for lineno, obj in records:
+        yield lineno, obj, None
+
+
+def build_issues(library: Iterable[str | Path], questions: Iterable[str | Path], tax: Taxonomy):
+    """Errors in the persona library and question pools that a build refuses to start on:
+    every record's schema, ids, text lengths and preferences (as `prb personas validate`), and
+    the rules that keep records unambiguous (unique ids, askers of the question's category).
+    Near-duplicate
+    profiles are a matter of curation, left to `prb personas validate`: comparing every pair of
+    a 50,000-persona pool would take hours. Streams records; yields one message per error."""
+    first: dict[tuple[str, str], str] = {}
+    category_of: dict[str, str] = {}
+    personas = 0
+
+    def unique(where: str, rid: str, kind: str, key: str, field: str):
+        if (kind, key) in first:
+            return (
+                f"{where}: record {rid!r}: field {field}: duplicate {kind} id {key!r} "
+                f"(first at {first[kind, key]})"
+            )
+        first[kind, key] = where
+        return None
+
+    for kind, paths in (("persona", library), ("question", questions)):
+        if kind == "question" and not personas:
+            yield f"no personas found in {', '.join(map(str, library))}"
+            return
+        for path in data_files(paths):
+            for lineno, obj, problem in _records(path):
+                if problem is not None:
+                    yield problem
+                    continue
+                where = f"{path}:{lineno}"
+                model = Persona if kind == "persona" else Question
+                parsed, errors = schema_errors(obj, model)
+                for field, message in errors:
+                    yield f"{where}: record {record_id(obj)!r}: field {field}: {message}"
+                if parsed is None:
+                    category_of.setdefault(record_id(obj), "?")
+                    continue
+                e = Entry(where, path, parsed)
+                issues = persona_issues(e, tax) if kind == "persona" else question_issues(e)
+                yield from (str(i) for i in issues if i.severity == "error")
+                yield from filter(None, [unique(where, e.id, kind, e.id, f"{kind}_id")])
+                if kind == "persona":
+                    personas += 1
+                    category_of[e.id] = parsed.category
+                    for k, item in enumerate(parsed.profile):
+                        found = unique(where, e.id, "profile item", item.id, f"profile.{k}.id")
+                        yield from filter(None, [found])
+                    continue
+                # a question may name askers the build's library lacks (a custom library with
+                # the shipped pools): they never ask it, which is harmless; a known asker of
+                # another category is a contradiction
+                for k, pid in enumerate(parsed.asked_by):
+                    if category_of.get(pid, "?") not in ("?", parsed.category):
+                        yield (
+                            f"{where}: record {e.id!r}: field asked_by.{k}: persona {pid!r} is "
+                            f"{category_of[pid]}, the question {parsed.category}"
+                        )
+
+
+def check_build_source(library, questions, tax: Taxonomy, shown: int = 3) -> None:
+    """Raise PersonaFileError naming the first problems if the build must not start."""
+    problems = []
+    for problem in build_issues(library, questions, tax):
+        problems.append(problem)
+        if len(problems) > 1000:  # enough to say it is broken; no need to read a huge pool
+            break
+    if problems:
+        more = len(problems) - shown
+        tail = f" (and {more}{'+' if len(problems) > 1000 else ''} more)" if more > 0 else ""
+        raise PersonaFileError(
+            "; ".join(problems[:shown])
+            + f"{tail}: fix the records (`prb personas validate` lists every problem)"
+        )

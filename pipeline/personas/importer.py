@@ -10,6 +10,7 @@ their questions. Any bad record refuses the whole import, naming the record and 
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,6 +21,10 @@ from pipeline.personas import PersonaFileError
 from pipeline.records import CATEGORIES, Persona, ProfileItem, Question, RubricAspect, stable_id
 
 REQUIRED = ("question", "profile", "category")
+# Imported users are real people's posts, longer than the library's: generous bounds, there only
+# to stop a broken file (a 5 MB "post", a profile of a whole forum) from reaching a prompt.
+LIMITS = {"profile_text": 20_000, "question": 5_000, "narrative": 10_000, "profile_items": 2_000}
+ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 MAX_REPORTED = 10  # problems listed in one error message
 
@@ -73,6 +78,7 @@ def map_record(row: dict, where: str, origin: str) -> tuple[Persona, Question]:
         )
     if not isinstance(row["profile"], list):
         raise PersonaFileError(f"{label}: field profile: expected a list of {{id, category, text}}")
+    _check_sizes(row, label)
     try:
         profile = [
             ProfileItem(
@@ -90,6 +96,15 @@ def map_record(row: dict, where: str, origin: str) -> tuple[Persona, Question]:
             f"{label}: field profile/rubric_aspects {field}: {detail['msg']}"
         ) from None
     pid = _persona_key(row)
+    bad = [("persona_id", pid)] + [(f"profile.{k}.id", i.id) for k, i in enumerate(profile)]
+    if rid:
+        bad.append(("id", str(rid)))
+    for field, value in bad:
+        if not ID.match(value):
+            raise PersonaFileError(
+                f"{label}: field {field}: id {value!r} has characters outside [A-Za-z0-9._:-] "
+                "(or is empty or over 200 characters)"
+            )
     narrative = row.get("narrative") or None
     persona = Persona(
         persona_id=pid,
@@ -109,6 +124,21 @@ def map_record(row: dict, where: str, origin: str) -> tuple[Persona, Question]:
         rubric_aspects=aspects,
     )
     return persona, question
+
+
+def _check_sizes(row: dict, label: str) -> None:
+    checks = [("question", row["question"], LIMITS["question"])]
+    checks.append(("narrative", row.get("narrative") or "", LIMITS["narrative"]))
+    for k, item in enumerate(row["profile"]):
+        text = item.get("text") if isinstance(item, dict) else None
+        checks.append((f"profile.{k}.text", text or "", LIMITS["profile_text"]))
+    for field, value, limit in checks:
+        if isinstance(value, str) and len(value) > limit:
+            raise PersonaFileError(f"{label}: field {field}: {len(value)} characters (max {limit})")
+    if len(row["profile"]) > LIMITS["profile_items"]:
+        raise PersonaFileError(
+            f"{label}: field profile: {len(row['profile'])} items (max {LIMITS['profile_items']})"
+        )
 
 
 def to_records(rows, origin: str) -> tuple[list[Persona], list[Question]]:

@@ -51,6 +51,7 @@ class SimOptions:
     rate_wrong_schema: float = 0.0
     rate_content_filter: float = 0.0
     require_key: str = ""  # answer 401 unless this key is sent
+    context_limit: int = 0  # prompt tokens (counted as words) over this get OpenAI's 400; 0 = none
     attempts: Counter = field(default_factory=Counter)  # request digest -> times seen
     stats: Counter = field(default_factory=Counter)
 
@@ -119,6 +120,22 @@ def create_app(opts: SimOptions) -> FastAPI:
                 },
                 status_code=404,
             )
+        prompt_tokens = sum(len((m.get("content") or "").split()) for m in body["messages"])
+        if opts.context_limit and prompt_tokens > opts.context_limit:
+            opts.stats["fault_400"] += 1
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": f"This model's maximum context length is {opts.context_limit}"
+                        f" tokens. However, your messages resulted in {prompt_tokens} tokens. "
+                        "Please reduce the length of the messages.",
+                        "type": "invalid_request_error",
+                        "param": "messages",
+                        "code": "context_length_exceeded",
+                    }
+                },
+                status_code=400,
+            )
         content = respond(
             request.headers.get("x-prb-task"),
             body.get("messages", []),
@@ -137,7 +154,6 @@ def create_app(opts: SimOptions) -> FastAPI:
             opts.stats["fault_slow"] += 1
             await asyncio.sleep(opts.slow_s)
         opts.stats["answered"] += 1
-        prompt_tokens = sum(len((m.get("content") or "").split()) for m in body["messages"])
         completion_tokens = len(content.split())
         payload = {
             "id": "chatcmpl-sim",
@@ -184,6 +200,7 @@ OPTION_FLAGS = {
     "retry_after": "--retry-after",
     **{name: "--" + name.replace("_", "-") for name in extra_faults.EXTRA_RATES},
     "require_key": "--require-key",
+    "context_limit": "--context-limit",
     "seed": "--seed",
 }
 

@@ -1,0 +1,89 @@
+"""Errors a user can act on, and the exit codes `prb` gives them.
+
+Every error that bad input, a bad setting or the environment can cause derives from `PrbError`:
+its message is one line naming the file, the record and what to do, and the CLI prints it with
+no traceback. Anything else is a bug and keeps its traceback.
+
+Exit codes: 0 done; 1 a check found problems (`release verify`, `annotate import`) or a bug;
+2 bad input or changed settings; 3 run directory locked by another run; 4 the endpoint refused
+the run (bad key, unknown model); 5 the build released no pair; 6 the disk is full;
+130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+class PrbError(Exception):
+    """An error with a one-line message the user can act on."""
+
+    exit_code = 2
+
+
+class StorageError(PrbError):
+    """The disk refused a write: full, over a size limit, or failing."""
+
+    exit_code = 6
+
+    def __init__(self, path: object, what: str = "a disk I/O error"):
+        self.path = str(path)
+        super().__init__(
+            f"{what} while writing {self.path}; check the disk (free space, health) and rerun "
+            "the same command to resume: nothing finished is lost"
+        )
+
+
+class DiskFullError(StorageError):
+    def __init__(self, path: object):
+        super().__init__(path, "disk full (or file size limit reached)")
+
+
+class NothingReleased(PrbError):
+    """The build ran to the end but no pair survived: a release of nothing is no release."""
+
+    exit_code = 5
+
+
+class Terminated(BaseException):
+    """SIGTERM: raised in the main thread so every `finally` runs before prb exits 143."""
+
+
+DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+DISK_FULL_WORDS = ("No space left on device", "File too large", "Disk quota exceeded",
+                   "database or disk is full")  # fmt: skip
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+        return True
+    # SQLite and Arrow report a full disk in their own words, often without an errno
+    return isinstance(exc, Exception) and any(w in str(exc) for w in DISK_FULL_WORDS)
+
+
+def safe_name(value: str, what: str) -> str:
+    """`value` if it can be one path component (a run id, an annotator id, a category);
+    else a PrbError saying what is allowed. No separators, no `..`, not empty."""
+    if not isinstance(value, str) or not SAFE_NAME.match(value) or ".." in value:
+        raise PrbError(
+            f"{what} {value!r} is not a safe name: use 1-100 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit, with no '/' and no '..'"
+        )
+    return value
+
+
+# Failure kinds of a model call (llm.LLMError.kind) that can be the endpoint's doing: retries
+# ran out on 429/5xx/timeouts/refused connections, or the answer came back garbled, truncated
+# or cut off. A record dropped for one of these is asked again when the run resumes; every
+# other reason (a refusal, a bad request, an ungrounded plan) is settled once written.
+TRANSIENT_KINDS = ("endpoint_error", "unparseable")
+
+
+def is_transient(reason: str) -> bool:
+    """`reason` is a drop reason such as `planner_unparseable` or `judge_endpoint_error`."""
+    return reason.endswith(tuple(f"_{kind}" for kind in TRANSIENT_KINDS))
