@@ -23,8 +23,9 @@ import jinja2
 import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
-from pipeline import filters, pairs, rubrics
-from pipeline.config import FilterConfig, resolve_path
+from pipeline.checks import CHECKS, FilterConfig
+from pipeline.checks.blind import trials
+from pipeline.config import resolve_path
 from pipeline.errors import PrbError
 from pipeline.records import (
     AnnotationRecord,
@@ -35,7 +36,11 @@ from pipeline.records import (
     RubricRecord,
     Task,
 )
-from pipeline.store import StageFile, atomic_write, current_drops, latest
+from pipeline.release.manifest import read_funnel
+from pipeline.stages import stage
+from pipeline.store import atomic_write, current_drops, latest
+
+CHECK = {c.name: c for c in CHECKS}
 
 LENGTH_BAND = (0.85, 1.15)  # median rejected/chosen word ratio outside this warns
 WORST_N = 10
@@ -76,27 +81,25 @@ class RunData:
 
 
 def load_run(run_dir: Path) -> RunData:
-    def read(stage, model):
-        return list(StageFile(run_dir, stage, model).read())
-
-    def current(stage):  # a resumed run's retried record supersedes its earlier line
-        return latest(read(stage.STAGE, stage.OUTPUT), stage.output_id)
+    def current(name: str) -> list:  # a resumed run's retried record supersedes its earlier line
+        s = stage(name)
+        return latest(s.file(run_dir).read(), s.output_id or id)
 
     manifest_path = run_dir / "release" / "manifest.json"
-    plans, made = current(rubrics), current(pairs)
+    plans, made = current("rubrics"), current("pairs")
     produced = {
-        "rubrics": set(map(rubrics.output_id, plans)),
-        "pairs": set(map(pairs.output_id, made)),
+        "rubrics": set(map(stage("rubrics").output_id, plans)),
+        "pairs": set(map(stage("pairs").output_id, made)),
     }
     return RunData(
         run_dir=run_dir,
-        personas=read("personas", Persona),
-        tasks=read("questions", Task),
+        personas=current("personas"),
+        tasks=current("questions"),
         rubrics=plans,
         pairs=made,
-        filters=current(filters),
+        filters=current("filters"),
         dropped=current_drops(run_dir, produced),
-        annotations=read("annotation", AnnotationRecord),
+        annotations=current("annotation"),
         manifest=json.loads(manifest_path.read_text()) if manifest_path.exists() else {},
     )
 
@@ -105,48 +108,17 @@ def load_run(run_dir: Path) -> RunData:
 
 
 def funnel(data: RunData) -> list[dict]:
-    """Stage by stage: how many records came out, and why the others did not."""
-    dropped = {s: Counter(d.reason for d in data.dropped if d.stage == s) for s in ("rubrics",)}
-    dropped["pairs"] = Counter(d.reason for d in data.dropped if d.stage == "pairs")
-    filter_reasons = Counter(r for f in data.filters for r in f.reasons)
-    built = {f["stage"]: f["count"] for f in data.manifest.get("funnel", [])}
-    released = built.get("released")
-    # the release stage knows whether unlabelled pairs pass (annotation.required); default: yes
-    passing = ("confirmed", "unlabelled")
-    passed = built.get("annotation_passed", sum(a.verdict in passing for a in data.annotations))
-    rows = [
-        ("personas", len(data.personas), {}),
-        ("questions", len(data.tasks), {}),
-        ("rubrics", len(data.rubrics), dropped["rubrics"]),
-        ("pairs", len(data.pairs), dropped["pairs"]),
-        ("filters_kept", sum(f.kept for f in data.filters), filter_reasons),
-        (
-            "annotation_passed",
-            passed,
-            Counter(a.verdict for a in data.annotations if a.verdict not in passing),
-        ),
-    ]
-    if released is not None:
-        rows.append(("released", released, {}))
-    return [
-        {"stage": s, "count": n, "reasons": dict(sorted(r.items(), key=lambda kv: -kv[1]))}
-        for s, n, r in rows
-    ]
+    """Stage by stage: how many records came out, and why the others did not: as the build
+    counted it (`funnel.json`, written after every stage), never recounted here."""
+    return read_funnel(data.run_dir) or []
 
 
 def blind_trials(records: list[FilterRecord]) -> tuple[int, int, int]:
     """(picked chosen, decisive verdicts, ties) over both orders of every judged pair."""
     k = n = ties = 0
     for f in records:
-        b = f.checks.blind
-        if b is None:
-            continue
-        for verdict, chosen_letter in ((b.ab, "A"), (b.ba, "B")):
-            if verdict == "tie":
-                ties += 1
-            else:
-                n += 1
-                k += verdict == chosen_letter
+        a, b, c = trials(CHECK["blind"].read(f))
+        k, n, ties = k + a, n + b, ties + c
     return k, n, ties
 
 
@@ -157,40 +129,46 @@ def blind_accuracy(records: list[FilterRecord]) -> dict:
         lo, hi = proportion_confint(k, n, alpha=0.05, method="wilson")
         out.update(accuracy=round(k / n, 4), ci95=[round(lo, 4), round(hi, 4)])
     out["separated_pairs"] = sum(
-        1 for f in records if f.checks.blind and f.checks.blind.picked != "none"
+        1 for f in records if (b := CHECK["blind"].read(f)) and b.picked != "none"
     )
     return out
 
 
+def _ratio(f: FilterRecord) -> float | None:
+    r = CHECK["length_ratio"].read(f)
+    return None if r is None else r.ratio
+
+
 def median_length_ratio(records: list[FilterRecord]) -> float | None:
-    ratios = [f.checks.length_ratio for f in records if f.checks.length_ratio is not None]
+    ratios = [x for f in records if (x := _ratio(f)) is not None]
     return round(statistics.median(ratios), 4) if ratios else None
+
+
+# every check's per-pair figures (a check skipped for a pair leaves its columns empty)
+FRAME = ("quality_chosen", "quality_rejected", "quality_gap", "adherence_chosen",
+         "adherence_rejected", "length_ratio", "blind_k", "blind_n", "blind_separated")  # fmt: skip
 
 
 def frame(records: list[FilterRecord]) -> pd.DataFrame:
     rows = []
     for f in records:
-        c, p = f.checks, f.pair
-        k, n, _ = blind_trials([f])
-        rows.append(
-            {
-                "pair_id": p.pair_id,
-                "category": p.task.category,
-                "strategy": p.rejected_strategy,
-                "kept": f.kept,
-                "reasons": f.reasons,
-                "quality_chosen": c.quality_chosen.mean if c.quality_chosen else None,
-                "quality_rejected": c.quality_rejected.mean if c.quality_rejected else None,
-                "quality_gap": c.quality_gap,
-                "adherence_chosen": c.adherence_chosen,
-                "adherence_rejected": c.adherence_rejected,
-                "length_ratio": c.length_ratio,
-                "blind_k": k,
-                "blind_n": n,
-                "blind_separated": bool(c.blind and c.blind.picked != "none"),
-            }
-        )
-    return pd.DataFrame(rows)
+        p = f.pair
+        row = {
+            "pair_id": p.pair_id,
+            "category": p.task.category,
+            "strategy": p.rejected_strategy,
+            "kept": f.kept,
+            "reasons": f.reasons,
+        }
+        for c in CHECKS:
+            result = c.read(f)
+            row |= c.frame(result) if result is not None else {}
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    for col in FRAME:
+        if col not in df:
+            df[col] = None
+    return df.fillna({"blind_k": 0, "blind_n": 0, "blind_separated": False})
 
 
 def breakdown(df: pd.DataFrame, by: str) -> list[dict]:
@@ -223,15 +201,12 @@ def _round(x: float, n: int = 3) -> float | None:
 
 
 def severity(f: FilterRecord) -> float:
-    """How far a pair is from 'differs only in personal fit'; larger is worse."""
-    c = f.checks
+    """How far a pair is from 'differs only in personal fit'; larger is worse: each check's
+    share, and a failed judge call weighs most."""
     score = 10.0 * len(f.errors)
-    score += 3 * (c.quality_gap or 0)
-    score += 2 * bool(c.blind and c.blind.picked != "none")
-    score += 4 * abs(math.log(max(c.length_ratio, 1e-3)))
-    score += (1 - c.adherence_chosen) if c.adherence_chosen is not None else 0
-    score += c.adherence_rejected or 0
-    score += 2 * (c.answer_similarity or 0) ** 8 + 2 * bool(c.duplicate_of)
+    for c in CHECKS:
+        result = c.read(f)
+        score += c.severity(result) if result is not None else 0
     return round(score, 3)
 
 
@@ -246,8 +221,8 @@ def worst_pairs(records: list[FilterRecord], n: int = WORST_N) -> list[dict]:
             "flags": f.flags,
             "strategy": f.pair.rejected_strategy,
             "category": f.pair.task.category,
-            "quality_gap": f.checks.quality_gap,
-            "length_ratio": f.checks.length_ratio,
+            "quality_gap": (q := CHECK["quality"].read(f)) and q.gap,
+            "length_ratio": _ratio(f),
             "link": f"records/{f.pair.pair_id}.json",
         }
         for f in ranked
@@ -304,11 +279,12 @@ def _plots(data: RunData, df: pd.DataFrame, fun: list[dict], out: Path) -> dict[
 
     fig, axes = plt.subplots(1, 4, figsize=(12, 3), sharey=True)
     bins = [0.75 + 0.5 * i for i in range(10)]
-    judged = [f for f in data.filters if f.checks.quality_chosen and f.checks.quality_rejected]
+    quality = [
+        q for f in data.filters if (q := CHECK["quality"].read(f)) and q.chosen and q.rejected
+    ]
     for ax, crit in zip(axes, ("mean", "correctness", "relevance", "helpfulness"), strict=True):
         vals = [
-            [getattr(getattr(f.checks, f"quality_{side}"), crit) for f in judged]
-            for side in ("chosen", "rejected")
+            [getattr(getattr(q, side), crit) for q in quality] for side in ("chosen", "rejected")
         ]  # side by side, so equal distributions show as twin bars, not one blended one
         ax.hist(vals, bins=bins, label=["chosen", "rejected"], color=["#55a868", "#c44e52"])
         ax.set_title(crit)

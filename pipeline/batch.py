@@ -1,14 +1,15 @@
 """`prb build --mode batch`: model calls go through the OpenAI Batch API instead of one request
 each, and their answers land in the response cache, so the stages run unchanged.
 
-`BatchLLM` is an `LLM` whose cache misses are not sent at once: they queue up while the stage
-creates its calls, and once no new call has arrived for `QUIET_S` the queue is written to a
-Batch API JSONL file, uploaded (`files.create`), submitted (`batches.create`) and recorded in
-`<run_dir>/batches.jsonl` BEFORE any polling, so a rerun after a crash collects the recorded
-batch instead of paying for it twice. Collected answers are written into the response cache and
-each waiting call then reads its answer from there (`BatchLLM._request`). A line that
-the batch could not answer (error line, expired batch, unparseable output) falls back to the
-online path with its retries, so nothing is dropped for being batched.
+`BatchTransport` is a transport of llm.py's `LLM` (`LLM(..., transport=...)`): a cache miss is
+not sent at once but queued while the stage creates its calls, and once no new call has arrived
+for `QUIET_S` the queue is written to a Batch API JSONL file, uploaded (`files.create`),
+submitted (`batches.create`) and recorded in `<run_dir>/batches.jsonl` BEFORE any polling, so a
+rerun after a crash collects the recorded batch instead of paying for it twice. Collected
+answers are written into the response cache, where the waiting call reads its answer. A line
+the batch could not answer (error line, expired batch, unparseable output) is not in the cache,
+so the call falls back to the online path with its retries: nothing is dropped for being
+batched.
 A stage with dependent calls (content plan, then chosen/rejected) simply makes one batch per
 round. Remaining window: a crash between `batches.create` returning and the record being
 written loses that batch id (one line of I/O; the run then submits it again).
@@ -22,17 +23,8 @@ import logging
 from pathlib import Path
 
 from pipeline import progress
-from pipeline.cache import ResponseCache
-from pipeline.config import RunConfig
-from pipeline.llm import (
-    LLM,
-    CallResult,
-    PermanentLLMError,
-    _Unparseable,
-    parse_output,
-    read_completion,
-)
-from pipeline.prompts import Prompt
+from pipeline.config import BatchConfig
+from pipeline.llm import LLM, PermanentLLMError, Request, Unparseable, read_completion
 from pipeline.records import BatchJob
 from pipeline.store import StageFile, atomic_write
 
@@ -43,36 +35,25 @@ TERMINAL = {"completed", "failed", "expired", "cancelled"}
 ENDPOINT = "/v1/chat/completions"
 
 
-class BatchLLM(LLM):
-    def __init__(self, cfg: RunConfig, cache: ResponseCache, run_dir: Path):
-        super().__init__(cfg.model, cache)
-        self.batch_cfg = cfg.batch
+class BatchTransport:
+    def __init__(self, cfg: BatchConfig, run_dir: Path):
+        self.batch_cfg = cfg
         self.run_dir = Path(run_dir)
         self.jobs = StageFile(self.run_dir, "batches", BatchJob)
         self._queue: dict[str, tuple[str, dict, asyncio.Future]] = {}  # custom_id -> ...
         self._worker: asyncio.Task | None = None
         self._paid: set[str] = set()  # custom ids this run submitted (not merely collected)
+        self.llm: LLM | None = None  # the client whose files/batches API and cache it uses
 
-    async def _request(
-        self, prompt: Prompt, stage: str, model: str, messages: list[dict], seed: int, key: str
-    ) -> CallResult:
+    def bind(self, llm: LLM) -> None:
+        self.llm = llm
+
+    async def fetch(self, llm: LLM, request: Request) -> bool:
         """A cache miss (LLM.call has checked the cache and merged identical calls in flight):
-        ask through a batch, then read the answer from the cache it was collected into."""
-        cid = f"{prompt.task}:{key}"
-        body = {"model": model, "messages": messages, "seed": seed, **prompt.params}
-        await self._via_batch(cid, stage, body)
-        hit = self.cache.get(key)
-        if hit is not None:
-            try:
-                value = parse_output(hit[0], prompt.output)
-            except _Unparseable:
-                self.cache.delete(key)  # a bad batch answer: ask online, with retries
-            else:
-                paid = cid in self._paid  # counted as a call when submitted (_submit)
-                if not paid:  # collected from a batch an interrupted run had paid for
-                    self.usage[stage].cache_hits += 1
-                return CallResult(value, hit[0], key, cached=not paid)
-        return await super()._request(prompt, stage, model, messages, seed, key)
+        ask through a batch; the answer, if the batch gave one, is then in the cache."""
+        cid = f"{request.task}:{request.key}"
+        await self._via_batch(cid, request.stage, request.body())
+        return cid in self._paid  # counted as a call when submitted (_submit)
 
     async def _via_batch(self, custom_id: str, stage: str, body: dict) -> None:
         if custom_id not in self._queue:  # the same request twice shares one batch line
@@ -97,7 +78,7 @@ class BatchLLM(LLM):
                 if not isinstance(e, PermanentLLMError):
                     err = PermanentLLMError(
                         "batch",
-                        f"{type(e).__name__} from the Batch API at {self.cfg.base_url}: {e}",
+                        f"{type(e).__name__} from the Batch API at {self.llm.cfg.base_url}: {e}",
                     )
                 for _, _, future in todo.values():
                     if not future.done():
@@ -110,7 +91,9 @@ class BatchLLM(LLM):
     async def _run_batches(self, todo: dict[str, tuple[str, dict, asyncio.Future]]) -> None:
         # batches submitted earlier (by a run that crashed while polling) are collected first
         await asyncio.gather(*(self._collect(job, {}) for job in self.open_jobs()))
-        todo = {cid: v for cid, v in todo.items() if self.cache.get(cid.split(":", 1)[1]) is None}
+        todo = {
+            cid: v for cid, v in todo.items() if self.llm.cache.get(cid.split(":", 1)[1]) is None
+        }
         ids = sorted(todo)
         size = self.batch_cfg.max_requests
         jobs = []
@@ -137,10 +120,10 @@ class BatchLLM(LLM):
             for cid, (_, body, _) in chunk.items():
                 line = {"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": body}
                 f.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
-        uploaded = await self.client.files.create(
+        uploaded = await self.llm.client.files.create(
             file=(path.name, path.read_bytes()), purpose="batch"
         )
-        batch = await self.client.batches.create(
+        batch = await self.llm.client.batches.create(
             input_file_id=uploaded.id,
             endpoint=ENDPOINT,
             completion_window=self.batch_cfg.completion_window,
@@ -155,7 +138,7 @@ class BatchLLM(LLM):
         with self.jobs.appender() as append:  # on disk before the first poll
             append(job)
         for cid, (stage, _, _) in chunk.items():
-            self.usage[stage].calls += 1
+            self.llm.usage[stage].calls += 1
             self._paid.add(cid)
         log.info("submitted batch %s (%d requests)", batch.id, len(chunk))
         return job
@@ -163,7 +146,7 @@ class BatchLLM(LLM):
     async def _collect(self, job: BatchJob, chunk: dict) -> None:
         """Poll until the batch ends, then write every answered line into the cache."""
         while True:
-            batch = await self.client.batches.retrieve(job.batch_id)
+            batch = await self.llm.client.batches.retrieve(job.batch_id)
             progress.batch(job.batch_id, batch.status, batch.request_counts)
             if batch.status in TERMINAL:
                 break
@@ -175,31 +158,33 @@ class BatchLLM(LLM):
                 bodies[req["custom_id"]] = req["body"]
         answered = 0
         if batch.output_file_id:
-            text = (await self.client.files.content(batch.output_file_id)).text
+            text = (await self.llm.client.files.content(batch.output_file_id)).text
             for line in text.splitlines():
                 if line.strip():
-                    answered += self._store(json.loads(line), bodies, chunk)
+                    answered += self.store_line(json.loads(line), bodies, chunk)
         log.info("collected batch %s: %s, %d answered", job.batch_id, batch.status, answered)
         with self.jobs.appender() as append:
             append(job.model_copy(update={"state": "collected", "status": batch.status}))
 
-    def _store(self, out: dict, bodies: dict[str, dict], chunk: dict) -> int:
+    def store_line(self, out: dict, bodies: dict[str, dict], chunk: dict) -> int:
+        """Write one output line's answer into the cache: 1 if stored, 0 if the line has no
+        usable answer (its call then falls back to the online path)."""
         cid = out.get("custom_id", "")
         response = out.get("response") or {}
         if cid not in bodies or response.get("status_code") != 200:
             return 0  # its call falls back to the online path
         try:
             content, finish_reason, usage = read_completion(response.get("body"))
-        except _Unparseable:
+        except Unparseable:
             return 0
         if cid in chunk:  # tokens count for the run that paid for them
-            self.usage[chunk[cid][0]].add_tokens(usage)
+            self.llm.usage[chunk[cid][0]].add_tokens(usage)
         if finish_reason in ("length", "content_filter"):
             return 0  # never cached: the online path retries a cut-off answer, drops a refusal
         task, key = cid.split(":", 1)
         body = dict(bodies[cid])
         model, messages, seed = body.pop("model"), body.pop("messages"), body.pop("seed")
-        self.cache.put(
+        self.llm.cache.put(
             key,
             task=task,
             model=model,

@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline.config import REPO_ROOT
+from pipeline.eval.models import help_text
 
 app = typer.Typer(help="Build Personalized RewardBench-style benchmarks.", no_args_is_help=True)
 console = Console()
@@ -91,9 +92,12 @@ def run_build(
 
     from pipeline.errors import Terminated
     from pipeline.flows import build
+    from pipeline.stages import STAGES
+    from pipeline.stages.base import roles
 
     try:
-        with prefect_env.api_server(), progress.showing(errors, price=cost.pricer(cfg)):
+        price = cost.pricer(cfg, roles(STAGES))
+        with prefect_env.api_server(), progress.showing(errors, price=price):
             prefect_env.quiet_console()
             if runner == "dask":
                 from pipeline.shards import run_on_dask
@@ -330,7 +334,7 @@ app.add_typer(release_app, name="release")
 @guarded
 def release_verify(release: Path = typer.Argument(..., help="A release folder.")):
     """Recompute checksums, check schema, card, duplicates and chosen ≠ rejected."""
-    from pipeline.publish import verify
+    from pipeline.release.publish import verify
 
     problems = verify(release)
     if problems:
@@ -351,7 +355,7 @@ def release_diff(
     """Pairs added, removed and changed between two releases (matched by pair id)."""
     import json
 
-    from pipeline.publish import diff
+    from pipeline.release.publish import diff
 
     d = diff(old, new)
     if as_json:
@@ -381,7 +385,7 @@ def release_push(
 ):
     """Upload a verified release to the Hugging Face Hub (needs HF_TOKEN or `hf auth login`).
     Remote files are never deleted unless --replace is given."""
-    from pipeline.publish import push
+    from pipeline.release.publish import push
 
     url = push(release, repo, private=private, allow_simulated=allow_simulated, replace=replace)
     console.print(f"pushed: {url}")
@@ -434,9 +438,8 @@ def eval_command(
     rm: list[str] = typer.Option(
         None,
         "--rm",
-        help="Reward model, repeatable: random, length, overlap, judge, judge-pair, hf:PATH; "
-        "options after ':' as key=value, e.g. judge:context=none or judge-pair:model=NAME. "
-        "Default: the three baselines.",
+        help="Reward model, repeatable, as KIND[:ARG][,key=value...], e.g. judge:context=none. "
+        f"Kinds: {help_text()}. Default: the three baselines.",
     ),
     context: str = typer.Option(
         "profile", help="User context the models see: profile, aspects, narrative or none."
@@ -461,7 +464,7 @@ def eval_command(
 
     from pipeline import progress
     from pipeline.config import load_config
-    from pipeline.evaluate import run
+    from pipeline.eval.evaluate import run
 
     do_bon = len(args) == 2 and args[0] == "bon"
     if len(args) != 1 + do_bon:

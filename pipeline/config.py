@@ -17,8 +17,8 @@ from pydantic import (
     model_validator,
 )
 
+from pipeline.checks import FilterConfig
 from pipeline.errors import PrbError, safe_name
-from pipeline.records import CATEGORIES
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -66,46 +66,26 @@ class PersonaConfig(Section):
     questions: list[str] = Field(default_factory=lambda: ["personas/questions"])
     per_category: int = Field(8, ge=1)
     questions_per_persona: int = Field(1, ge=1)
-    categories: list[str] = Field(default_factory=lambda: list(CATEGORIES))
+    categories: list[str] | None = None  # None: every category of the source, sorted
 
     @field_validator("categories")
     @classmethod
-    def _categories(cls, v: list[str]) -> list[str]:
+    def _categories(cls, v: list[str] | None) -> list[str] | None:
         # a category names a folder of the release: it must be one safe path component
+        if v is None:
+            return v
         return [_safe(c, "category") for c in _distinct(v, "personas.categories")]
 
 
 class GenerationConfig(Section):
     word_budget: int = Field(100, ge=20)
-    strategies: list[str] = Field(
-        default_factory=lambda: ["ignore_aspects", "wrong_expertise", "wrong_format", "wrong_tone"]
-    )
+    # None: every strategy in the `strategies:` table of prompts/rejected.yaml
+    strategies: list[str] | None = None
 
     @field_validator("strategies")
     @classmethod
-    def _strategies(cls, v: list[str]) -> list[str]:
-        return _distinct(v, "generation.strategies")
-
-
-class FilterConfig(Section):
-    min_quality: float = Field(3.5, ge=1, le=5)  # mean of correctness/relevance/helpfulness
-    max_quality_gap: float = Field(1.0, ge=0)
-    min_adherence_chosen: float = Field(0.6, ge=0, le=1)
-    max_adherence_rejected: float = Field(0.5, ge=0, le=1)
-    min_length_ratio: float = Field(0.6, gt=0)
-    max_length_ratio: float = Field(1.6, gt=0)
-    max_answer_similarity: float = Field(0.95, ge=0, le=1)
-    max_question_similarity: float = Field(0.9, ge=0, le=1)  # same persona, rapidfuzz token set
-    drop_blind_separated: bool = True  # False: keep such pairs, flagged `blind_separated`
-
-    @model_validator(mode="after")
-    def _ratio_band(self) -> FilterConfig:
-        if self.min_length_ratio > self.max_length_ratio:
-            raise ValueError(
-                f"min_length_ratio {self.min_length_ratio} is above max_length_ratio "
-                f"{self.max_length_ratio}: no pair could pass"
-            )
-        return self
+    def _strategies(cls, v: list[str] | None) -> list[str] | None:
+        return v if v is None else _distinct(v, "generation.strategies")
 
 
 class AnnotationConfig(Section):
@@ -186,8 +166,13 @@ class RunConfig(Section):
 
     def recorded(self) -> dict:
         """The config as manifests record it: no API key, nothing execution-only, so a
-        `--debug` rebuild or a new simulator port gives the same bytes."""
-        return _without(self.model_dump(mode="json"), EXECUTION_ONLY)
+        `--debug` rebuild or a new simulator port gives the same bytes. `filters.evaluate_all:
+        true` (every check on every pair) is how every release was built before the setting
+        existed: it is left out so those manifests stay byte-identical; false is recorded."""
+        data = _without(self.model_dump(mode="json"), EXECUTION_ONLY)
+        if data["filters"].get("evaluate_all"):
+            del data["filters"]["evaluate_all"]
+        return data
 
     def resume_inputs(self) -> dict:
         """What a run's stage files depend on: a resumed run must match these exactly."""

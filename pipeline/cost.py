@@ -14,8 +14,6 @@ from __future__ import annotations
 from pipeline.cache import ResponseCache
 from pipeline.config import CostConfig, RunConfig
 
-STAGE_MODEL = {"rubrics": "generator", "pairs": "generator", "filters": "judge"}
-
 
 def stage_tokens(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> dict[str, dict]:
     out = {}
@@ -66,11 +64,12 @@ def _block(stages: dict[str, dict], cfg: CostConfig, released: int) -> dict:
     }
 
 
-def pricer(cfg: RunConfig):
-    """(stage, live usage counters) -> money so far, for the progress display; None unpriced."""
+def pricer(cfg: RunConfig, roles: dict[str, str]):
+    """(stage, live usage counters) -> money so far, for the progress display; None unpriced.
+    `roles`: stage -> the model role it is billed to (the model stages' `role`)."""
 
     def price(stage: str, usage: dict) -> float | None:
-        model = getattr(cfg.model, STAGE_MODEL.get(stage, "generator"), None)
+        model = getattr(cfg.model, roles.get(stage, "generator"), None)
         counts = {"prompt_tokens": usage.get("prompt_tokens", 0),
                   "completion_tokens": usage.get("completion_tokens", 0),
                   "batch_prompt_tokens": 0, "batch_completion_tokens": 0}  # fmt: skip
@@ -80,12 +79,16 @@ def pricer(cfg: RunConfig):
 
 
 def summary(
-    cfg: RunConfig, cache: ResponseCache, keys_by_stage: dict[str, list[str]], released: int
+    cfg: RunConfig,
+    cache: ResponseCache,
+    keys_by_stage: dict[str, list[str]],
+    released: int,
+    roles: dict[str, str],
 ) -> dict:
-    """The manifest's `cost` block."""
+    """The manifest's `cost` block; `roles`: stage -> the model role it is billed to."""
     stages = stage_tokens(cache, keys_by_stage)
     for name, s in stages.items():
-        s["model"] = getattr(cfg.model, STAGE_MODEL.get(name, "generator"))
+        s["model"] = getattr(cfg.model, roles.get(name, "generator"))
     return _block(stages, cfg.cost, released)
 
 

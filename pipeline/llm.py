@@ -16,6 +16,7 @@ import logging
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import httpx2  # the HTTP library of this openai release
 import openai
@@ -63,8 +64,9 @@ class PermanentLLMError(PrbError):
         self.detail = detail
 
 
-class _Unparseable(Exception):
-    pass
+class Unparseable(Exception):
+    """An answer that is not what was asked for (garbled, truncated, cut off, wrong schema):
+    retried, and dropped as `<role>_unparseable` (asked again on resume) when retries run out."""
 
 
 RETRYABLE = (
@@ -72,7 +74,7 @@ RETRYABLE = (
     openai.InternalServerError,
     openai.APITimeoutError,
     openai.APIConnectionError,
-    _Unparseable,
+    Unparseable,
 )
 PERMANENT = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
 BAD_REQUEST = (openai.BadRequestError, openai.UnprocessableEntityError)
@@ -141,16 +143,44 @@ class CallResult:
     cached: bool
 
 
+@dataclass(frozen=True)
+class Request:
+    """One rendered chat request, as the cache keys it and a transport sends it."""
+
+    task: str
+    stage: str
+    model: str
+    messages: list[dict]
+    seed: int
+    params: dict
+    key: str
+
+    def body(self) -> dict:
+        return {"model": self.model, "messages": self.messages, "seed": self.seed, **self.params}
+
+
+class Transport(Protocol):
+    """Another way to get answers into the cache before the online path is tried: batch mode
+    (pipeline/batch.py) queues requests into Batch API jobs. `fetch` returns True if this run
+    paid for the answer (submitted it), False if it only collected it; an answer it could not
+    get is simply not in the cache, and the call goes online with its retries."""
+
+    def bind(self, llm: LLM) -> None:
+        """The client whose API (files, batches) and cache the transport uses."""
+
+    async def fetch(self, llm: LLM, request: Request) -> bool: ...
+
+
 def parse_output(content: str, schema: type[BaseModel] | None) -> BaseModel | str:
     if schema is None:
         text = content.strip()
         if not text:
-            raise _Unparseable("empty answer")
+            raise Unparseable("empty answer")
         return text
     try:
         return schema.model_validate(json.loads(_FENCE.sub("", content.strip())))
     except (json.JSONDecodeError, ValidationError) as e:
-        raise _Unparseable(f"{schema.__name__}: {str(e).splitlines()[0][:200]}") from None
+        raise Unparseable(f"{schema.__name__}: {str(e).splitlines()[0][:200]}") from None
 
 
 def read_completion(body: bytes | dict | None) -> tuple[str, str | None, dict]:
@@ -165,7 +195,7 @@ def read_completion(body: bytes | dict | None) -> tuple[str, str | None, dict]:
         if not isinstance(content, str) or not isinstance(tokens, dict):
             raise TypeError(type(content).__name__)
     except (ValueError, LookupError, TypeError, AttributeError) as e:
-        raise _Unparseable(f"response body is not a chat completion: {type(e).__name__}") from None
+        raise Unparseable(f"response body is not a chat completion: {type(e).__name__}") from None
     return content, choice.get("finish_reason"), tokens
 
 
@@ -179,9 +209,17 @@ def _retry_after(exc: BaseException | None) -> float | None:
 
 
 class LLM:
-    def __init__(self, cfg: ModelConfig, cache: ResponseCache, *, concurrency: int | None = None):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        cache: ResponseCache,
+        *,
+        concurrency: int | None = None,
+        transport: Transport | None = None,
+    ):
         self.cfg = cfg
         self.cache = cache
+        self.transport = transport
         self.client = openai.AsyncOpenAI(
             base_url=cfg.base_url,
             api_key=cfg.api_key.get_secret_value(),
@@ -203,6 +241,14 @@ class LLM:
         self._backoff = wait_random_exponential(
             multiplier=cfg.backoff_initial_s, max=cfg.backoff_max_s
         )
+        if transport is not None:
+            transport.bind(self)
+
+    @property
+    def batched(self) -> bool:
+        """Calls go out in batch jobs: each round of dependent calls costs a job's turnaround,
+        so a stage should ask what it can at once."""
+        return self.transport is not None
 
     def _wait(self, state: RetryCallState) -> float:
         exc = state.outcome.exception() if state.outcome else None
@@ -237,7 +283,7 @@ class LLM:
             try:
                 usage.cache_hits += 1
                 return CallResult(parse_output(content, prompt.output), content, key, True)
-            except _Unparseable:
+            except Unparseable:
                 self.cache.delete(key)  # a schema tightened since: ask again
                 usage.cache_hits -= 1
 
@@ -245,7 +291,8 @@ class LLM:
         if pending is not None:  # the same request is already on its way: pay for it once
             usage.cache_hits += 1
             return replace(await asyncio.shield(pending), cached=True)
-        pending = asyncio.ensure_future(self._request(prompt, stage, model, messages, seed, key))
+        request = Request(prompt.task, stage, model, messages, seed, prompt.params, key)
+        pending = asyncio.ensure_future(self._answer(prompt, request))
         self._inflight[key] = pending
         pending.add_done_callback(self._settled(key))
         return await asyncio.shield(pending)
@@ -260,10 +307,26 @@ class LLM:
 
         return done
 
-    async def _request(
-        self, prompt: Prompt, stage: str, model: str, messages: list[dict], seed: int, key: str
-    ) -> CallResult:
+    async def _answer(self, prompt: Prompt, req: Request) -> CallResult:
+        """A cache miss: through the transport if there is one, else (or if it could not get
+        the answer) online."""
+        if self.transport is not None:
+            paid = await self.transport.fetch(self, req)
+            hit = self.cache.get(req.key)
+            if hit is not None:
+                try:
+                    value = parse_output(hit[0], prompt.output)
+                except Unparseable:
+                    self.cache.delete(req.key)  # a bad transported answer: ask online
+                else:
+                    if not paid:  # collected from a job an interrupted run had paid for
+                        self.usage[req.stage].cache_hits += 1
+                    return CallResult(value, hit[0], req.key, cached=not paid)
+        return await self._request(prompt, req)
+
+    async def _request(self, prompt: Prompt, req: Request) -> CallResult:
         """Send one request with retries, parse it and cache the answer."""
+        stage, model, messages, seed, key = req.stage, req.model, req.messages, req.seed, req.key
         usage = self.usage[stage]
 
         async def attempt() -> CallResult:
@@ -276,7 +339,7 @@ class LLM:
                 response = await self.client.post(
                     "/chat/completions",
                     cast_to=httpx2.Response,
-                    body={"model": model, "messages": messages, "seed": seed, **prompt.params},
+                    body=req.body(),
                     options={"headers": {TASK_HEADER: prompt.task}},
                 )
             content, finish_reason, tokens = read_completion(response.content)
@@ -286,7 +349,7 @@ class LLM:
                 raise LLMError("content_filter", f"{prompt.task}: answer withheld by the filter")
             if finish_reason == "length":
                 # cut off at max_tokens: a text answer would parse but be incomplete; never cache it
-                raise _Unparseable(f"{prompt.task}: answer cut off (finish_reason=length)")
+                raise Unparseable(f"{prompt.task}: answer cut off (finish_reason=length)")
             value = parse_output(content, prompt.output)
             self.cache.put(
                 key,
@@ -329,7 +392,7 @@ class LLM:
         except LLMError as e:
             usage.failures[e.kind] += 1
             raise
-        except _Unparseable as e:
+        except Unparseable as e:
             usage.failures["unparseable"] += 1
             raise LLMError("unparseable", str(e)) from None
         except RETRYABLE as e:

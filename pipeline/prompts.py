@@ -46,11 +46,6 @@ def _schema(model: type[BaseModel]) -> str:
     return json.dumps(model.model_json_schema(), sort_keys=True)
 
 
-# the prompts a build uses; other prompt files (evaluation, persona tools) cannot change a run
-BUILD_TASKS = (
-    "planner", "content_plan", "chosen", "rejected",
-    "judge_quality", "judge_adherence", "judge_blind",
-)  # fmt: skip
 PROMPT_KEYS = {"task", "version", "description", "output", "params", "system", "user"}
 
 

@@ -8,26 +8,40 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-CATEGORIES: tuple[str, ...] = (
-    "Art_and_Entertainment",
-    "Lifestyle_and_Personal_Development",
-    "Society_and_Culture",
-)
-Category = Literal[
-    "Art_and_Entertainment",
-    "Lifestyle_and_Personal_Development",
-    "Society_and_Culture",
-]
+from pipeline.errors import PrbError, safe_name
 
 
 def stable_id(*parts: object, prefix: str = "", n: int = 16) -> str:
     """A content-derived id: the same parts give the same id across runs and machines."""
     canon = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return prefix + hashlib.sha256(canon.encode()).hexdigest()[:n]
+
+
+def task_id(persona_id: str, question: str) -> str:
+    return stable_id(persona_id, question, prefix="t-")
+
+
+def pair_id(
+    persona_id: str, question: str, profile: list[dict], prompt_versions: dict[str, str]
+) -> str:
+    """Content-derived: the same user (with the same profile), question and prompts give the
+    same id; an edited profile gives a new one, so an old pair never passes for a new one."""
+    return stable_id(persona_id, question, profile, prompt_versions, prefix="prb-")
+
+
+def _category(value: str) -> str:
+    # categories come from the data; one names a folder (and a config) of the release
+    try:
+        return safe_name(value, "category")
+    except PrbError as e:
+        raise ValueError(str(e)) from None
+
+
+Category = Annotated[str, AfterValidator(_category)]
 
 
 class Record(BaseModel):
@@ -238,29 +252,20 @@ class BlindCheck(Record):
     picked: Literal["chosen", "rejected", "none"]  # consistent pick over both orders
 
 
-class PairChecks(Record):
-    quality_chosen: QualityScores | None = None
-    quality_rejected: QualityScores | None = None
-    quality_gap: float | None = None
-    adherence_chosen: float | None = None  # fraction of aspects satisfied
-    adherence_rejected: float | None = None
-    aspects_chosen: list[bool] | None = None  # per aspect, in rubric order: satisfied?
-    aspects_rejected: list[bool] | None = None
-    blind: BlindCheck | None = None
-    length_ratio: float | None = None  # rejected words / chosen words
-    answer_similarity: float | None = None
-    duplicate_of: str | None = None
-
-
 class FilterRecord(Record):
+    """A pair through the filters stage, kept or not. `checks` holds each check's result by
+    check name, as that check records it (pipeline/checks/); a check the pair was dropped before
+    is listed in `skipped` (unless `filters.evaluate_all`, every check runs on every pair)."""
+
     pair: Pair
-    checks: PairChecks
+    checks: dict[str, dict]
     judge_model: str
     kept: bool
     reasons: list[str] = Field(default_factory=list)
     flags: list[str] = Field(default_factory=list)  # warnings that did not drop the pair
     errors: dict[str, str] = Field(default_factory=dict)  # failed judge call -> what went wrong
     calls: dict[str, str] = Field(default_factory=dict)
+    skipped: list[str] = Field(default_factory=list)  # checks not run: dropped before them
 
 
 class AnnotationRecord(Record):

@@ -21,14 +21,12 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from pipeline import filters, pairs, rubrics
 from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig
 from pipeline.llm import LLM
 from pipeline.records import stable_id
-from pipeline.store import Records, StageFile, dropped_file, settled_ids
-
-STAGES = {m.STAGE: m for m in (rubrics, pairs, filters)}
+from pipeline.stages import RunContext, Stage, model_stages
+from pipeline.store import Records, dropped_file, settled_ids
 
 
 def persona_of(record) -> str:
@@ -39,55 +37,56 @@ def persona_of(record) -> str:
 
 @task(name="shard", cache_policy=NO_CACHE)
 async def run_shard(stage: str, cfg: RunConfig, shard_dir: str, inputs: Records) -> dict:
-    fn = STAGES[stage].run
     cache = ResponseCache(cfg.cache_path)
     llm = LLM(cfg.model, cache)
     try:
-        await fn(cfg, llm, Path(shard_dir), inputs)
+        await _stage(stage).run(RunContext(cfg, Path(shard_dir), llm, cache), inputs)
     finally:
         await llm.aclose()
         cache.close()
     return llm.usage_dict()
 
 
-def merge(stage: str, run_dir: Path) -> None:
+def _stage(name: str) -> Stage:
+    return next(s for s in model_stages() if s.name == name)
+
+
+def merge(stage: Stage, run_dir: Path) -> None:
     """Append every shard's records (and drops) to the run's files, then remove the shards."""
-    mod = STAGES[stage]
-    out, drops = StageFile(run_dir, stage, mod.OUTPUT), dropped_file(run_dir)
-    done = settled_ids(stage, out, mod.output_id, run_dir, getattr(mod, "unsettled", None))
-    root = run_dir / "shards" / stage
+    out, drops = stage.file(run_dir), dropped_file(run_dir)
+    done = settled_ids(stage.name, out, stage.output_id, run_dir, stage.unsettled)
+    root = run_dir / "shards" / stage.name
     for shard in sorted(root.glob("*")) if root.exists() else []:
         # a shard's lines supersede earlier unsettled ones, as a resumed stage's do
         with out.appender() as append:
-            for r in StageFile(shard, stage, mod.OUTPUT).read():
-                if mod.output_id(r) not in done:
+            for r in stage.file(shard).read():
+                if stage.output_id(r) not in done:
                     append(r)
         with drops.appender() as append:
             for d in dropped_file(shard).read():
-                if d.stage == stage and d.id not in done:
+                if d.stage == stage.name and d.id not in done:
                     append(d)
         shutil.rmtree(shard)
 
 
-async def run_sharded(stage: str, cfg: RunConfig, llm: LLM, run_dir: Path, inputs: Records, n: int):
-    """Run `stage` over `inputs` as `n` shard tasks on the current flow's task runner. A shard
-    task gets its slice as Records (the input file and the ids it owns), not as records."""
+async def run_sharded(stage: Stage, ctx: RunContext, inputs: Records) -> None:
+    """Run `stage` over `inputs` as `ctx.shards` shard tasks on the current flow's task runner.
+    A shard task gets its slice as Records (the input file and the ids it owns), not records."""
+    run_dir, n = ctx.run_dir, ctx.shards
     merge(stage, run_dir)  # shards left by an interrupted run count as done
-    mod = STAGES[stage]
-    out = StageFile(run_dir, stage, mod.OUTPUT)
-    done = settled_ids(stage, out, mod.output_id, run_dir, getattr(mod, "unsettled", None))
+    done = settled_ids(stage.name, stage.file(run_dir), stage.output_id, run_dir, stage.unsettled)
     groups: dict[int, list[str]] = {}
     todo: set[int] = set()
     for x in inputs:  # a shard gets all of its personas' records, as filters needs them
         k = int(stable_id(persona_of(x)), 16) % n
         groups.setdefault(k, []).append(inputs.key(x))
-        if mod.input_id(x) not in done:
+        if stage.input_id(x) not in done:
             todo.add(k)
     futures = [
         run_shard.submit(
-            stage,
-            cfg,
-            str(run_dir / "shards" / stage / f"{k:03d}"),
+            stage.name,
+            ctx.cfg,
+            str(run_dir / "shards" / stage.name / f"{k:03d}"),
             inputs.subset(ids),
         )
         for k, ids in sorted(groups.items())
@@ -96,7 +95,7 @@ async def run_sharded(stage: str, cfg: RunConfig, llm: LLM, run_dir: Path, input
     for future in futures:
         usage = await asyncio.to_thread(future.result)
         for name, u in usage.items():  # the shards' calls count in the run's usage
-            mine = llm.usage[name]
+            mine = ctx.llm.usage[name]
             for field in ("calls", "cache_hits", "prompt_tokens", "completion_tokens"):
                 setattr(mine, field, getattr(mine, field) + u[field])
             mine.retries.update(u["retries"])

@@ -19,26 +19,12 @@ from pipeline.cache import ResponseCache
 from pipeline.config import resolve_path
 from pipeline.llm import parse_output
 from pipeline.prompts import PromptError, load_prompt
-from pipeline.records import FilterRecord, Pair, RubricRecord
-from pipeline.store import StageFile
-
-# the order calls happened in: plan, generate, judge (record files sort their keys)
-CALL_ORDER = [
-    "planner",
-    "content_plan",
-    "chosen",
-    "rejected",
-    "quality_chosen",
-    "quality_rejected",
-    "adherence_chosen",
-    "adherence_rejected",
-    "blind_ab",
-    "blind_ba",
-]
+from pipeline.records import Pair
+from pipeline.stages import call_order, stage
 
 
 def _find_pair(run_dir: Path, pair_id: str) -> Pair | None:
-    return next((p for p in StageFile(run_dir, "pairs", Pair).read() if p.pair_id == pair_id), None)
+    return next((p for p in stage("pairs").file(run_dir).read() if p.pair_id == pair_id), None)
 
 
 def find_run(pair_id: str, run: str | None = None) -> Path:
@@ -85,22 +71,17 @@ def collect(pair_id: str, run: str | None = None) -> dict:
     if pair is None:
         raise AuditError(f"{run_dir / 'pairs.jsonl'}: no pair {pair_id}")
     rubric = next(
-        (
-            r
-            for r in StageFile(run_dir, "rubrics", RubricRecord).read()
-            if r.task.task_id == pair.task.task_id
-        ),
+        (r for r in stage("rubrics").file(run_dir).read() if r.task.task_id == pair.task.task_id),
         None,
     )
-    verdicts = [
-        f for f in StageFile(run_dir, "filters", FilterRecord).read() if f.pair.pair_id == pair_id
-    ]
+    verdicts = [f for f in stage("filters").file(run_dir).read() if f.pair.pair_id == pair_id]
     verdict = verdicts[-1] if verdicts else None  # a retried pair's last verdict counts
     cache_path = run_dir.parent / "cache.sqlite"  # RunConfig.cache_path: outputs_dir/cache.sqlite
     cache = ResponseCache(cache_path) if cache_path.exists() else None
     keys = {**(rubric.calls if rubric else {}), **pair.calls, **(verdict.calls if verdict else {})}
+    order = call_order()  # the order calls happened in (record files sort their keys)
     try:
-        names = sorted(keys, key=lambda n: (CALL_ORDER.index(n) if n in CALL_ORDER else 99, n))
+        names = sorted(keys, key=lambda n: (order.index(n) if n in order else 99, n))
         calls = [_call(cache, name, keys[name]) for name in names]
     finally:
         if cache:
@@ -112,7 +93,7 @@ def collect(pair_id: str, run: str | None = None) -> dict:
         "filter": None
         if verdict is None
         else verdict.model_dump(
-            mode="json", include={"kept", "reasons", "flags", "errors", "checks"}
+            mode="json", include={"kept", "reasons", "flags", "errors", "checks", "skipped"}
         ),
         "calls": calls,
     }
@@ -157,7 +138,8 @@ def render(info: dict, console: Console) -> None:
         state = "[green]kept[/green]" if f["kept"] else "[red]dropped[/red]"
         console.print(
             f"[bold]filters[/bold] {state}; reasons: {', '.join(f['reasons']) or '-'}; "
-            f"flags: {', '.join(f['flags']) or '-'}"
+            f"flags: {', '.join(f['flags']) or '-'}; "
+            f"not run (dropped before them): {', '.join(f.get('skipped', [])) or '-'}"
         )
         for name, err in f["errors"].items():
             console.print(f"[red]{name} failed:[/red] {escape(err)}")

@@ -6,6 +6,7 @@ annotator never sees) to label truthfully, or ignore it to label carelessly.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
@@ -16,7 +17,6 @@ import pytest
 from conftest import build, write_config
 from typer.testing import CliRunner
 
-from pipeline.annotation import run as annotation_stage
 from pipeline.annotation.export import export
 from pipeline.annotation.importer import import_labels
 from pipeline.annotation.layout import (
@@ -33,6 +33,7 @@ from pipeline.cli import app
 from pipeline.config import AnnotationConfig, load_config
 from pipeline.errors import NothingReleased
 from pipeline.records import AnnotationKeyItem, FilterRecord
+from pipeline.stages import RunContext, stage
 from pipeline.store import StageFile
 
 ANNOTATORS = ["ann-1", "ann-2", "ann-3"]
@@ -45,7 +46,8 @@ def built(tmp_path_factory, sim_url):
     """One small real build (simulator over HTTP, real Prefect); tests work on copies."""
     tmp = tmp_path_factory.mktemp("annot")
     config = write_config(tmp, sim_url, **SMALL)
-    with pytest.raises(NothingReleased, match="none of the 6 kept pairs has a confirmed human"):
+    confirmed = r"annotation stage passed on none of its 6 records \(unlabelled 6\): annotation"
+    with pytest.raises(NothingReleased, match=confirmed):
         build(config)  # every stage done; the release waits for human verdicts
     return tmp / "outputs", "demo"
 
@@ -500,11 +502,12 @@ def test_cli_and_release_gating(run_copy, tmp_path):
     rows = [json.loads(line) for line in (run_dir / "annotation.jsonl").read_text().splitlines()]
     assert {r["pair_id"] for r in rows if r["verdict"] == "insufficient"} == {lonely}
     # the stage also works without a build around it
-    assert len(annotation_stage(load_config(config), run_dir, kept)) == len(kept)
+    ctx = RunContext(load_config(config), run_dir)
+    assert len(asyncio.run(stage("annotation").run(ctx, kept))) == len(kept)
 
 
 def test_releasable_rule():
-    from pipeline.annotation import releasable
+    from pipeline.annotation.verdicts import releasable
     from pipeline.config import RunConfig
     from pipeline.records import AnnotationRecord
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import ConfigError
-from pipeline.personas import PersonaFileError
+from pipeline.personas.files import PersonaFileError
 from pipeline.prompts import PromptError
 
 

@@ -10,9 +10,10 @@ from pathlib import Path
 import httpx
 from conftest import build, write_config
 
-from pipeline.batch import ENDPOINT, BatchLLM
+from pipeline.batch import ENDPOINT, BatchTransport
 from pipeline.cache import ResponseCache
 from pipeline.config import load_config
+from pipeline.llm import LLM
 from pipeline.prompts import load_prompt
 from pipeline.sim.batches import answer_line
 
@@ -58,7 +59,11 @@ def test_batch_mode_builds_the_online_release_without_online_calls(tmp_path, sim
     assert stats(url)["batches_created"] == 5
 
 
-async def _calls(llm: BatchLLM, questions: list[str]):
+def batch_llm(cfg, cache, run_dir) -> LLM:
+    return LLM(cfg.model, cache, transport=BatchTransport(cfg.batch, run_dir))
+
+
+async def _calls(llm: LLM, questions: list[str]):
     prompt = load_prompt("content_plan")
     return await asyncio.gather(
         *(
@@ -76,7 +81,7 @@ def test_rerun_collects_a_recorded_batch_instead_of_resubmitting(tmp_path, sim_f
     async def first_run_dies_while_polling():
         cfg = load_config(write_config(tmp_path, url, batch={"poll_s": 60}))
         cache = ResponseCache(cfg.cache_path)
-        llm = BatchLLM(cfg, cache, run_dir)
+        llm = batch_llm(cfg, cache, run_dir)
         calls = asyncio.create_task(_calls(llm, questions))
         while not (run_dir / "batches.jsonl").exists():
             await asyncio.sleep(0.02)
@@ -93,7 +98,7 @@ def test_rerun_collects_a_recorded_batch_instead_of_resubmitting(tmp_path, sim_f
     async def rerun():
         cfg = load_config(write_config(tmp_path, url, batch={"poll_s": 0.05}))
         cache = ResponseCache(cfg.cache_path)
-        llm = BatchLLM(cfg, cache, run_dir)
+        llm = batch_llm(cfg, cache, run_dir)
         try:
             return await _calls(llm, questions), llm.usage_dict()
         finally:
@@ -121,7 +126,7 @@ def test_a_cut_off_refused_or_garbled_batch_answer_is_not_cached_but_its_tokens_
     async def store_each() -> tuple[dict, ResponseCache]:
         cfg = load_config(write_config(tmp_path, sim_url))
         cache = ResponseCache(cfg.cache_path)
-        llm = BatchLLM(cfg, cache, tmp_path / "run")
+        llm = batch_llm(cfg, cache, tmp_path / "run")
         stored, tokens = {}, 0
         for finish, key in cases.items():
             cid = f"{task}:{key}"
@@ -132,7 +137,9 @@ def test_a_cut_off_refused_or_garbled_batch_answer_is_not_cached_but_its_tokens_
             else:
                 completion["choices"][0]["finish_reason"] = finish
                 tokens += completion["usage"]["total_tokens"]
-            stored[finish] = llm._store(line, {cid: body}, {cid: ("pairs", body, None)})
+            stored[finish] = llm.transport.store_line(
+                line, {cid: body}, {cid: ("pairs", body, None)}
+            )
         usage = llm.usage_dict()["pairs"]
         assert usage["prompt_tokens"] + usage["completion_tokens"] == tokens > 0
         await llm.aclose()

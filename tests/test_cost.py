@@ -11,6 +11,10 @@ from conftest import build, write_config
 from pipeline import cost
 from pipeline.cache import ResponseCache
 from pipeline.config import CostConfig, load_config
+from pipeline.stages import STAGES
+from pipeline.stages.base import roles
+
+ROLES = roles(STAGES)
 
 PRICES = {"prb-sim-1": {"input_per_1m": 2.0, "output_per_1m": 8.0}}
 
@@ -45,7 +49,7 @@ def test_batch_answers_are_priced_at_the_discount(tmp_path):
             },
         },
     )
-    block = cost.summary(cfg, cache, {"rubrics": ["k1"], "filters": ["k2", "missing"]}, 2)
+    block = cost.summary(cfg, cache, {"rubrics": ["k1"], "filters": ["k2", "missing"]}, 2, ROLES)
     assert block["stages"]["rubrics"]["cost"] == pytest.approx(1.0 + 2.0)
     assert block["stages"]["filters"]["cost"] == pytest.approx(2 * 3.0 * 0.5)
     assert block["stages"]["filters"]["batch_prompt_tokens"] == 2_000_000
@@ -54,7 +58,7 @@ def test_batch_answers_are_priced_at_the_discount(tmp_path):
     assert block["tokens_per_released_pair"] == 1_750_000
     assert block["cost_per_released_pair"] == pytest.approx(3.0)
     # a model without a price is reported as unpriced, never as free
-    unpriced = cost.summary(load_config(None), cache, {"rubrics": ["k1"]}, 2)
+    unpriced = cost.summary(load_config(None), cache, {"rubrics": ["k1"]}, 2, ROLES)
     assert unpriced["stages"]["rubrics"]["cost"] is None and unpriced["total_cost"] is None
     cache.close()
 

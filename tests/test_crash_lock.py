@@ -14,13 +14,12 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.errors import NothingReleased
-from pipeline.lock import RunLock, RunLockedError
-from pipeline.store import FingerprintError
+from pipeline.rundir import FingerprintError, RunLock, RunLockedError
 
 HOLD = textwrap.dedent(
     """
     import sys, time
-    from pipeline.lock import RunLock
+    from pipeline.rundir import RunLock
     RunLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     time.sleep(120)
@@ -72,7 +71,7 @@ def test_changed_settings_refuse_to_resume_unless_forced(tmp_path, sim_url):
 
     # operational knobs do not block a resume, nor do sections every build recomputes
     build(config, model__concurrency=1, model__timeout_s=30.0)
-    with pytest.raises(NothingReleased, match="none of the 6 kept pairs has a confirmed"):
+    with pytest.raises(NothingReleased, match="no kept pair has a confirmed human verdict"):
         build(config, annotation__required=True, release__license="cc-by-sa-4.0")
 
     changed = write_config(tmp_path, sim_url, personas=small, filters={"min_quality": 4.5})

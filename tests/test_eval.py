@@ -15,13 +15,14 @@ import pytest
 from conftest import write_config
 from typer.testing import CliRunner
 
-from pipeline.bon import CandidatesError, correlation, load_candidates
 from pipeline.cache import ResponseCache
 from pipeline.cli import app
 from pipeline.config import ModelConfig
-from pipeline.evaluate import ReleaseError, bootstrap_ci, evaluate, load_release
+from pipeline.eval.bon import CandidatesError, correlation, load_candidates
+from pipeline.eval.evaluate import ReleaseError, bootstrap_ci, evaluate, load_release
+from pipeline.eval.models import parse_spec
+from pipeline.eval.rewards import SpecError
 from pipeline.llm import LLM
-from pipeline.rewards import SpecError, parse_spec
 
 CATS = ("Art_and_Entertainment", "Society_and_Culture")
 POINTS = "Start with one small project. Practise a little every week. Ask a teacher for feedback."

@@ -14,7 +14,8 @@ transformers = pytest.importorskip(
 
 from test_eval import length_rows, persona_rows, write_release  # noqa: E402
 
-from pipeline.rewards import Query, parse_spec  # noqa: E402
+from pipeline.eval.models import parse_spec  # noqa: E402
+from pipeline.eval.rewards import Query  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,7 @@ def tiny_rm(tmp_path_factory):
 
 
 def test_hf_adapter_scores_in_batches_like_one_at_a_time(tiny_rm, tmp_path):
-    from pipeline.evaluate import evaluate
+    from pipeline.eval.evaluate import evaluate
 
     path, rows = tiny_rm
     batched = parse_spec(f"hf:{path},batch_size=8,device=cpu", llm=None, judge_model="",
@@ -82,7 +83,7 @@ def test_hf_adapter_scores_in_batches_like_one_at_a_time(tiny_rm, tmp_path):
 
 
 def test_hf_adapter_names_a_missing_model(tmp_path):
-    from pipeline.rewards import SpecError
+    from pipeline.eval.rewards import SpecError
 
     with pytest.raises(SpecError, match="cannot load a sequence-classification model"):
         parse_spec(f"hf:{tmp_path / 'nothing'}", llm=None, judge_model="", context="none")

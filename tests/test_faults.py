@@ -118,10 +118,10 @@ RETRIED = {  # fault -> (simulator options, the exception kind counted as a retr
     "503": ({"rate_503": 0.5}, "InternalServerError"),
     "connection_reset": ({"rate_reset": 0.5}, "APIConnectionError"),
     "read_timeout": ({"rate_slow": 0.5, "slow_s": 1.0}, "APITimeoutError"),
-    "truncated_body": ({"rate_truncated": 0.5}, "_Unparseable"),
-    "non_json_body": ({"rate_non_json": 0.5}, "_Unparseable"),
-    "wrong_schema": ({"rate_wrong_schema": 0.5}, "_Unparseable"),
-    "garbled_content": ({"rate_malformed": 0.5}, "_Unparseable"),
+    "truncated_body": ({"rate_truncated": 0.5}, "Unparseable"),
+    "non_json_body": ({"rate_non_json": 0.5}, "Unparseable"),
+    "wrong_schema": ({"rate_wrong_schema": 0.5}, "Unparseable"),
+    "garbled_content": ({"rate_malformed": 0.5}, "Unparseable"),
 }
 
 
@@ -213,7 +213,7 @@ def test_faulty_build_releases_the_clean_pairs_and_counts_retries_outside_the_ma
     assert data_files(Path(faulty["release_dir"])) == data_files(Path(clean["release_dir"]))
     stats = json.loads((Path(faulty["run_dir"]) / "run_stats.json").read_text())
     retried = {k for u in stats["usage"].values() for k in u["retries"]}
-    assert {"RateLimitError", "InternalServerError", "_Unparseable"} <= retried
+    assert {"RateLimitError", "InternalServerError", "Unparseable"} <= retried
     manifest = (Path(faulty["release_dir"]) / "manifest.json").read_bytes()
     assert b"RateLimitError" not in manifest  # run-dependent counts stay out of the manifest
     before = manifest
@@ -241,7 +241,8 @@ def test_exhausted_retries_become_recorded_drop_reasons(sim, tmp_path):
     url, opts = sim
     opts.rate_503, opts.fault_tasks = 1.0, "judge_blind"
     model = {"max_retries": 1, "backoff_initial_s": 0.01, "backoff_max_s": 0.02}
-    with pytest.raises(NothingReleased, match=r"all 6 pairs \(judge_endpoint_error 6; .*up\?"):
+    lost = r"filters stage passed on none of its 6 records \(judge_endpoint_error 6; e\.g\. .*up\?"
+    with pytest.raises(NothingReleased, match=lost):
         build(write_config(tmp_path, url, personas={"per_category": 2}, model=model))
     filters = (tmp_path / "outputs" / "demo" / "filters.jsonl").read_text().splitlines()
     assert len(filters) == 6

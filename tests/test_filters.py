@@ -9,15 +9,18 @@ from pathlib import Path
 import pytest
 from conftest import build, write_config
 
-from pipeline.config import FilterConfig
+from pipeline.checks import CHECKS, FilterConfig, adherence, blind, quality
+from pipeline.checks.answer_similarity import Result as Similarity
+from pipeline.checks.length_ratio import Result as Length
+from pipeline.checks.question_duplicates import duplicates
 from pipeline.errors import NothingReleased
-from pipeline.filters import blind_pick, decide, duplicate_questions, flags_for
-from pipeline.records import BlindCheck, FilterRecord, PairChecks, QualityScores
+from pipeline.records import BlindCheck, FilterRecord, QualityScores
 from pipeline.sim.responder import DEGRADED
 from pipeline.sim.server import running
 from pipeline.store import StageFile
 
 SMALL = {"per_category": 3}
+ALL = {"evaluate_all": True}  # the auditing mode: every check on every pair
 
 
 def filtered(result: dict) -> list[FilterRecord]:
@@ -34,7 +37,11 @@ def degraded_url():
 @pytest.fixture(scope="module")
 def degraded_run(tmp_path_factory, degraded_url):
     tmp = tmp_path_factory.mktemp("degraded")
-    return tmp, build(write_config(tmp, degraded_url, personas=SMALL))
+    return tmp, build(write_config(tmp, degraded_url, personas=SMALL, filters=ALL))
+
+
+def read(record: FilterRecord, name: str):
+    return next(c for c in CHECKS if c.name == name).read(record)
 
 
 def test_every_pair_is_recorded_with_scores_and_reasons(degraded_run):
@@ -44,10 +51,11 @@ def test_every_pair_is_recorded_with_scores_and_reasons(degraded_run):
     assert len(records) == len(pairs) == 9
     for r in records:
         assert r.kept == (not r.reasons)
-        c = r.checks
-        assert c.quality_chosen and c.quality_rejected and c.blind
-        assert len(c.aspects_chosen) == len(c.aspects_rejected) == len(r.pair.rubric_aspects)
-        assert c.adherence_chosen == round(sum(c.aspects_chosen) / len(c.aspects_chosen), 4)
+        assert set(r.checks) == {c.name for c in CHECKS} and not r.skipped  # evaluate_all
+        q, a = read(r, "quality"), read(r, "adherence")
+        assert q.chosen and q.rejected and read(r, "blind")
+        assert len(a.aspects_chosen) == len(a.aspects_rejected) == len(r.pair.rubric_aspects)
+        assert a.chosen == round(sum(a.aspects_chosen) / len(a.aspects_chosen), 4)
         # six judge calls: quality and adherence per answer, the blind judge in both orders
         assert set(r.calls) == {
             "quality_chosen",
@@ -69,10 +77,11 @@ def test_answers_differing_in_quality_are_dropped_for_it(degraded_run):
     for r in degraded:
         assert not r.kept
         assert {"quality_gap", "quality_low_rejected"} <= set(r.reasons)
-        assert r.checks.quality_rejected.mean < r.checks.quality_chosen.mean
-        assert r.checks.quality_gap > FilterConfig().max_quality_gap
+        q = read(r, "quality")
+        assert q.rejected.mean < q.chosen.mean
+        assert q.gap > FilterConfig().max_quality_gap
     for r in intact:
-        assert r.checks.quality_gap == 0
+        assert read(r, "quality").gap == 0
         assert not {"quality_gap", "quality_low_rejected", "quality_low_chosen"} & set(r.reasons)
     kept = {r.pair.pair_id for r in records if r.kept}
     assert kept and kept <= {r.pair.pair_id for r in intact}
@@ -87,15 +96,15 @@ def test_pairs_the_blind_judge_separates_are_flagged(degraded_run, degraded_url)
             tmp / f"blind-{drop}",
             degraded_url,
             personas=SMALL,
-            filters={**loose, "drop_blind_separated": drop},
+            filters={**loose, **ALL, "drop_blind_separated": drop},
             outputs_dir=str(tmp / "outputs"),  # same cache: no new generation calls
         )
         records = filtered(build(config, run_id=f"blind-{drop}"))
         degraded = [r for r in records if r.pair.rejected == DEGRADED]
         assert degraded
         for r in degraded:
-            assert r.checks.blind.ab == "A" and r.checks.blind.ba == "B"
-            assert r.checks.blind.picked == "chosen"
+            b = read(r, "blind")
+            assert b.ab == "A" and b.ba == "B" and b.picked == "chosen"
             assert "blind_separated" in r.flags
             assert r.reasons == (["blind_separated"] if drop else [])
             assert r.kept is not drop
@@ -109,7 +118,10 @@ def test_malformed_judge_output_is_retried_then_dropped(tmp_path, sim_factory):
         personas={"per_category": 2},
         model={"max_retries": 2, "backoff_initial_s": 0.001, "backoff_max_s": 0.01},
     )
-    with pytest.raises(NothingReleased, match=r"dropped all 6 pairs \(judge_unparseable 6"):
+    with pytest.raises(
+        NothingReleased,
+        match=r"filters stage passed on none of its 6 records \(judge_unparseable 6",
+    ):
         build(config)
     run_dir = tmp_path / "outputs" / "demo"
     result = {"run_dir": str(run_dir), **json.loads((run_dir / "run_stats.json").read_text())}
@@ -124,50 +136,54 @@ def test_malformed_judge_output_is_retried_then_dropped(tmp_path, sim_factory):
         assert "judge_unparseable" in r.reasons
         assert set(r.errors) == {"blind_ab", "blind_ba"}
         assert all(e.startswith("unparseable") for e in r.errors.values())
-        assert r.checks.blind is None
-        assert r.checks.quality_chosen is not None  # what did succeed is still recorded
+        assert "blind" not in r.checks  # no verdict without both orders
+        assert read(r, "quality").chosen is not None  # what did succeed is still recorded
         assert "blind_ab" not in r.calls
 
 
-def _checks(**changes) -> PairChecks:
-    q = QualityScores(correctness=5, relevance=5, helpfulness=5)
-    base = dict(
-        quality_chosen=q,
-        quality_rejected=q,
-        quality_gap=0.0,
-        adherence_chosen=1.0,
-        adherence_rejected=0.0,
-        blind=BlindCheck(ab="tie", ba="tie", picked="none"),
-        length_ratio=1.0,
-        answer_similarity=0.5,
-    )
-    return PairChecks(**{**base, **changes})
+Q = QualityScores(correctness=5, relevance=5, helpfulness=5)
+GOOD = {
+    "quality": quality.Result(chosen=Q, rejected=Q, gap=0.0),
+    "adherence": adherence.Result(chosen=1.0, rejected=0.0),
+    "blind": BlindCheck(ab="tie", ba="tie", picked="none"),
+    "length_ratio": Length(ratio=1.0),
+}
+
+
+def decide(results: dict, cfg) -> list[str]:
+    """Every check's reasons for these results, in the checks' order (as the stage orders)."""
+    return [r for c in CHECKS if c.name in results for r in c.decide(results[c.name], cfg)]
 
 
 def test_decisions_follow_the_configured_thresholds():
     t = FilterConfig()
-    assert decide(_checks(), t) == []
-    assert decide(_checks(length_ratio=1.3), t) == []
-    assert decide(_checks(length_ratio=1.3), FilterConfig(max_length_ratio=1.2)) == ["length_ratio"]
-    assert decide(_checks(adherence_rejected=0.67), t) == ["rejected_adherent"]
-    assert decide(_checks(adherence_rejected=0.67), FilterConfig(max_adherence_rejected=0.7)) == []
-    assert decide(_checks(adherence_chosen=0.5), t) == ["chosen_not_adherent"]
-    assert decide(_checks(answer_similarity=0.97), t) == ["answers_near_duplicate"]
-    # a failed judge leaves its checks empty: they are skipped, not read as passing or failing
-    assert decide(_checks(quality_chosen=None, quality_gap=None, blind=None), t) == []
+    assert decide(GOOD, t) == []
+    longer = {**GOOD, "length_ratio": Length(ratio=1.3)}
+    assert decide(longer, t) == []
+    assert decide(longer, FilterConfig(max_length_ratio=1.2)) == ["length_ratio"]
+    lax = {**GOOD, "adherence": adherence.Result(chosen=1.0, rejected=0.67)}
+    assert decide(lax, t) == ["rejected_adherent"]
+    assert decide(lax, FilterConfig(max_adherence_rejected=0.7)) == []
+    strict = {**GOOD, "adherence": adherence.Result(chosen=0.5, rejected=0.0)}
+    assert decide(strict, t) == ["chosen_not_adherent"]
+    similar = {**GOOD, "answer_similarity": Similarity(similarity=0.97)}
+    assert decide(similar, t) == ["answers_near_duplicate"]
+    # a failed judge leaves its result partial or absent: skipped, not read as passing or failing
+    partial = {**GOOD, "quality": quality.Result(rejected=Q)}
+    assert decide({k: v for k, v in partial.items() if k != "blind"}, t) == []
 
 
 def test_blind_verdicts_count_only_when_they_survive_the_swap():
-    assert blind_pick("A", "B") == "chosen"
-    assert blind_pick("B", "A") == "rejected"
-    assert blind_pick("A", "A") == "none"  # position bias, not a preference
-    assert blind_pick("A", "tie") == "none"
-    biased = _checks(blind=BlindCheck(ab="A", ba="A", picked="none"))
-    assert flags_for(biased) == ["blind_position_bias"]
-    leak = _checks(blind=BlindCheck(ab="B", ba="A", picked="rejected"))
-    assert decide(leak, FilterConfig()) == ["blind_separated"]
-    assert decide(leak, FilterConfig(drop_blind_separated=False)) == []
-    assert flags_for(leak) == ["blind_separated"]
+    assert blind.pick("A", "B") == "chosen"
+    assert blind.pick("B", "A") == "rejected"
+    assert blind.pick("A", "A") == "none"  # position bias, not a preference
+    assert blind.pick("A", "tie") == "none"
+    biased = BlindCheck(ab="A", ba="A", picked="none")
+    assert blind.flags(biased) == ["blind_position_bias"]
+    leak = BlindCheck(ab="B", ba="A", picked="rejected")
+    assert decide({**GOOD, "blind": leak}, FilterConfig()) == ["blind_separated"]
+    assert decide({**GOOD, "blind": leak}, FilterConfig(drop_blind_separated=False)) == []
+    assert blind.flags(leak) == ["blind_separated"]
 
 
 def test_near_duplicate_questions_threshold_is_configurable(degraded_run):
@@ -176,9 +192,9 @@ def test_near_duplicate_questions_threshold_is_configurable(degraded_run):
     a = pairs[0]
     twin = a.model_copy(update={"pair_id": "prb-twin", "task": a.task.model_copy()})
     twin.task.question = a.task.question.rstrip("?") + " at all?"
-    assert duplicate_questions([a, twin], 0.9) == {
+    assert duplicates([a, twin], FilterConfig(max_question_similarity=0.9)) == {
         max(a.pair_id, "prb-twin"): min(a.pair_id, "prb-twin")
     }
-    assert duplicate_questions([a, twin], 1.0) == {}
+    assert duplicates([a, twin], FilterConfig(max_question_similarity=1.0)) == {}
     other = pairs[1]
-    assert duplicate_questions([a, other], 0.9) == {}
+    assert duplicates([a, other], FilterConfig(max_question_similarity=0.9)) == {}

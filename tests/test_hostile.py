@@ -24,10 +24,10 @@ from test_crash import PRB, kill_group, prefect_env, tree_hashes
 
 from pipeline.config import ConfigError
 from pipeline.flows import build as build_flow
-from pipeline.personas import PersonaFileError
-from pipeline.publish import PushRefused, push
+from pipeline.personas.files import PersonaFileError
+from pipeline.release.publish import PushRefused, push
+from pipeline.rundir import FingerprintError, move_aside
 from pipeline.sim.server import free_port
-from pipeline.store import FingerprintError, move_aside
 
 SMALL = {"per_category": 2}
 
@@ -186,8 +186,9 @@ def test_dead_endpoint_exits_5_naming_the_refused_connection(tmp_path, sim_url):
     code, _, err = prb("build", "--config", str(config))
     line = one_line(err)
     assert code == 5, err
-    assert "0 pairs released: 6 of 6 tasks dropped at rubrics" in line
-    assert f"connection refused at {dead}" in line and "is the endpoint up?" in line
+    assert "0 pairs released: the rubrics stage passed on none of its 6 records" in line
+    assert f"(planner_endpoint_error 6; e.g. connection refused at {dead})" in line
+    assert "is the endpoint up?" in line
     assert not (tmp_path / "outputs" / "demo" / "release").exists()  # no empty release
 
 
@@ -202,7 +203,8 @@ def test_impossible_thresholds_exit_5_pointing_at_the_filters(tmp_path, sim_url)
     config = write_config(tmp_path, sim_url, personas=SMALL, filters={"max_answer_similarity": 0.0})
     code, _, err = prb("build", "--config", str(config))
     line = one_line(err)
-    assert code == 5 and "the filters dropped all 6 pairs (answers_near_duplicate 6" in line
+    assert code == 5
+    assert "the filters stage passed on none of its 6 records (answers_near_duplicate 6" in line
     assert "thresholds under `filters:`" in line
 
 

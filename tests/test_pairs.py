@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from conftest import build, write_config
 
-from pipeline import pairs as pairs_stage
 from pipeline.cache import ResponseCache
 from pipeline.config import load_config
 from pipeline.llm import LLM
 from pipeline.records import Pair, RubricRecord
 from pipeline.sim.responder import REGISTERS
+from pipeline.stages import RunContext, stage
 from pipeline.store import StageFile
 
 STRATEGIES = ["ignore_aspects", "wrong_expertise", "wrong_format", "wrong_tone"]
@@ -54,7 +54,7 @@ async def make_pairs(cfg, run_dir: Path, rubrics: list[RubricRecord]) -> None:
     cache = ResponseCache(cfg.cache_path)
     llm = LLM(cfg.model, cache)
     try:
-        await pairs_stage.run(cfg, llm, run_dir, rubrics)
+        await stage("pairs").run(RunContext(cfg, run_dir, llm, cache), rubrics)
     finally:
         await llm.aclose()
         cache.close()

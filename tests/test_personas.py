@@ -15,10 +15,19 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import PersonaConfig
-from pipeline.personas import load_personas, load_questions, load_taxonomy, sample_personas
 from pipeline.personas.checks import validate
-from pipeline.questions import assign_questions
-from pipeline.records import CATEGORIES, Persona, Question
+from pipeline.personas.files import load_personas, load_questions, load_taxonomy
+from pipeline.personas.sampling import sample_personas as sample_by
+from pipeline.records import Persona, Question
+from pipeline.stages.questions import assign_questions
+
+# the shipped library's categories (categories come from the data, not from the code)
+CATEGORIES = ["Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture"]
+
+
+def sample_personas(pool, cfg: PersonaConfig, seed: int):
+    return sample_by(pool, cfg.categories or CATEGORIES, cfg.per_category, seed)
+
 
 REPO = Path(__file__).resolve().parent.parent
 LIBRARY = REPO / "personas" / "library"
@@ -129,10 +138,10 @@ def _break(records: list[dict], how: str) -> tuple[list[dict], int]:
         p["profile"][1]["text"] = "   "
     elif how == "overlong_text":
         p["preferences"][0]["statement"] = "Cheap, please. " * 30
-    elif how == "unknown_category":
-        p["category"] = "Sports"
-    elif how == "unknown_item_category":
-        p["profile"][2]["category"] = "Cooking"
+    elif how == "unsafe_category":
+        p["category"] = "Food/Drink"  # a category names a release folder
+    elif how == "unsafe_item_id":
+        p["profile"][2]["id"] = "zz/../p3"
     elif how == "unknown_dimension":
         p["preferences"][1]["dimension"] = "humour"
     elif how == "unknown_level":
@@ -163,8 +172,8 @@ CASES = [
     ("duplicate_id", "persona_id", "duplicate persona id 'zz-001'"),
     ("empty_text", "profile.1.text", "is empty"),
     ("overlong_text", "preferences.0.statement", "chars (max 200)"),
-    ("unknown_category", "category", "Input should be"),
-    ("unknown_item_category", "profile.2.category", "unknown category 'Cooking'"),
+    ("unsafe_category", "category", "category 'Food/Drink' is not a safe name"),
+    ("unsafe_item_id", "profile.2.id", "has characters outside"),
     ("unknown_dimension", "preferences.1.dimension", "unknown dimension 'humour'"),
     ("unknown_level", "preferences.1.level", "unknown level 'sometimes' of prior_experience"),
     ("copies_preference", "profile.3.text", "copies preferences.2.statement nearly verbatim"),
@@ -245,7 +254,10 @@ def test_stats_shows_gaps(tmp_path):
     args = ["personas", "stats", "--library", str(lib), "--questions", str(qs)]
     result = runner.invoke(app, [*args, "--strict"], env={"COLUMNS": "160"})
     assert result.exit_code == 1
-    assert "uncovered" in result.output and "Art_and_Entertainment×expertise" in result.output
+    # categories come from the data: the gaps are those of the categories the library holds
+    assert "1 of 9 cells uncovered" in result.output
+    assert "Lifestyle_and_Personal_Development×goals" in result.output
+    assert "Art_and_Entertainment" not in result.output
 
 
 # --- add ---------------------------------------------------------------------------------------
@@ -360,7 +372,7 @@ def plain_greedy(personas, cfg: PersonaConfig, seed: int) -> list[str]:
 
     rng = random.Random(f"personas:{seed}")
     out = []
-    for category in cfg.categories:
+    for category in cfg.categories or CATEGORIES:
         pool = sorted((p for p in personas if p.category == category), key=lambda p: p.persona_id)
         rng.shuffle(pool)
         levels, dims = Counter(), Counter()
@@ -401,7 +413,7 @@ def test_sampler_picks_exactly_what_the_plain_greedy_picks():
 def test_a_build_samples_from_a_scanned_pool_and_reads_back_only_its_picks(tmp_path):
     import yaml
 
-    from pipeline.personas import sampled
+    from pipeline.personas.sources import source_for
 
     # the shipped JSONL library, plus a YAML file: both ways of reading a pick back
     shutil.copytree(LIBRARY, tmp_path / "lib")
@@ -410,13 +422,14 @@ def test_a_build_samples_from_a_scanned_pool_and_reads_back_only_its_picks(tmp_p
     whole = load_personas([tmp_path / "lib"])
     for seed, per_category in ((0, 5), (4, 40)):
         cfg = PersonaConfig(library=[str(tmp_path / "lib")], per_category=per_category)
-        got = list(sampled(cfg, seed))
+        got = list(source_for(cfg).sample(cfg, seed))
         assert got == sample_personas(whole, cfg, seed)  # same records, same order
     assert any(p.persona_id.startswith("yaml-") for p in got)
 
 
 def test_a_library_file_changed_under_the_build_is_named(tmp_path):
-    from pipeline.personas import PersonaFileError, read_back, scan_pool
+    from pipeline.personas.files import PersonaFileError
+    from pipeline.personas.sampling import read_back, scan_pool
 
     lib = write_jsonl(tmp_path / "lib.jsonl", [persona(f"p-{i}") for i in range(3)])
     pool = scan_pool([lib])

@@ -13,9 +13,9 @@ from conftest import write_config
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.personas import load_personas, load_taxonomy
 from pipeline.personas.checks import parse_paths, validate
 from pipeline.personas.expand import Plan, vet
+from pipeline.personas.files import load_personas, load_taxonomy
 from pipeline.records import Persona
 
 REPO = Path(__file__).resolve().parent.parent

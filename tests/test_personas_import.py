@@ -10,9 +10,11 @@ import datasets
 import pytest
 from conftest import build, write_config
 
-from pipeline.personas import PersonaFileError
+from pipeline.personas.files import PersonaFileError
 from pipeline.personas.importer import load_external
-from pipeline.records import CATEGORIES, Persona, Task
+from pipeline.records import Persona, Task
+
+CATEGORIES = ["Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture"]
 
 
 def rows() -> list[dict]:
@@ -83,7 +85,7 @@ def test_import_maps_fields(tmp_path, fmt):
         (lambda r: r.pop("question"), "missing required field(s) question"),
         (lambda r: r.update(profile=[]), "missing required field(s) profile"),
         (lambda r: r.update(category=None), "missing required field(s) category"),
-        (lambda r: r.update(category="Sports"), "unknown category 'Sports'"),
+        (lambda r: r.update(category="Sports/Games"), "category 'Sports/Games' is not a safe"),
         (lambda r: r["profile"][1].update(text=""), "field profile/rubric_aspects text"),
     ],
 )

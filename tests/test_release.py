@@ -22,9 +22,10 @@ from conftest import build, write_config
 from typer.testing import CliRunner
 
 from pipeline.cli import app
-from pipeline.pairs import pair_id
-from pipeline.publish import diff, verify
-from pipeline.release import FEATURES, file_checksums, write_jsonl
+from pipeline.records import pair_id
+from pipeline.release.publish import diff, verify
+from pipeline.release.schema import FEATURES, file_checksums
+from pipeline.stages.release import write_jsonl
 
 PUBLIC = ["id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen",
           "rejected"]  # fmt: skip

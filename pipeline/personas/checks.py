@@ -14,16 +14,16 @@ from pathlib import Path
 
 from rapidfuzz import fuzz, process, utils
 
-from pipeline.personas import (
+from pipeline.personas.files import (
     PersonaFileError,
     Taxonomy,
-    _jsonl_records,
     data_files,
+    jsonl_records,
     record_id,
     scan_records,
     schema_errors,
 )
-from pipeline.records import CATEGORIES, Persona, Question
+from pipeline.records import Persona, Question
 
 # Length limits (characters). Library texts are well inside them; past them a text is no
 # longer a post or a statement but an essay, and it would crowd the planner's prompt.
@@ -149,15 +149,6 @@ def persona_issues(e: Entry, tax: Taxonomy) -> list[Issue]:
     for k, item in enumerate(p.profile):
         _id(out, e, f"profile.{k}.id", item.id)
         _text(out, e, f"profile.{k}.text", item.text, "profile_text")
-        if item.category not in CATEGORIES:
-            out.append(
-                Issue(
-                    e.where,
-                    p.persona_id,
-                    f"profile.{k}.category",
-                    f"unknown category {item.category!r}; use one of {', '.join(CATEGORIES)}",
-                )
-            )
         norm = utils.default_process(item.text)
         if norm in seen_text:
             out.append(
@@ -372,7 +363,7 @@ def _records(path: Path):
     in memory."""
     if path.suffix == ".jsonl":
         try:
-            for lineno, _, obj, problem in _jsonl_records(path):
+            for lineno, _, obj, problem in jsonl_records(path):
                 yield lineno, obj, problem
         except OSError as e:
             yield 0, None, f"{path}: cannot read: {e.strerror}"

@@ -45,8 +45,8 @@ def validate(
 
     Every problem is listed with file:line, record id and field. Nothing is changed.
     """
-    from pipeline.personas import PersonaFileError, load_taxonomy
     from pipeline.personas import checks as persona_checks
+    from pipeline.personas.files import PersonaFileError, load_taxonomy
 
     try:
         targets = [p.resolve() for p in paths or [LIBRARY, QUESTIONS]]
@@ -75,7 +75,7 @@ def add(
 
     Records go to the library file of their category. Any error refuses the whole file.
     """
-    from pipeline.personas import PersonaFileError, load_taxonomy
+    from pipeline.personas.files import PersonaFileError, load_taxonomy
     from pipeline.personas.library import add_file
 
     try:
@@ -103,9 +103,13 @@ def stats(
     strict: bool = typer.Option(False, help="Exit 1 if any category × dimension cell is empty."),
 ):
     """Coverage table: personas per category × preference dimension (levels covered/levels)."""
-    from pipeline.personas import PersonaFileError, load_personas, load_questions, load_taxonomy
+    from pipeline.personas.files import (
+        PersonaFileError,
+        load_personas,
+        load_questions,
+        load_taxonomy,
+    )
     from pipeline.personas.library import coverage
-    from pipeline.records import CATEGORIES
 
     try:
         tax = load_taxonomy(taxonomy.resolve())
@@ -114,22 +118,22 @@ def stats(
         raise _fail(str(e)) from None
     table = Table(title="persona coverage: personas holding a preference (levels covered/levels)")
     table.add_column("dimension")
-    for c in CATEGORIES:
+    for c in cov.categories:
         table.add_column(c, justify="right")
     for d in tax.dimensions:
         cells = []
-        for c in CATEGORIES:
+        for c in cov.categories:
             n, held = cov.cells[c, d], len(cov.levels.get((c, d), ()))
             text = f"{n} ({held}/{len(tax.levels[d])})"
             cells.append(text if n else f"[red]{text}[/red]")
         table.add_row(d, *cells)
     table.add_section()
-    table.add_row("personas", *(str(cov.personas[c]) for c in CATEGORIES))
-    table.add_row("questions", *(str(cov.questions[c]) for c in CATEGORIES))
-    table.add_row("asked by 2+ personas", *(str(cov.shared[c]) for c in CATEGORIES))
+    table.add_row("personas", *(str(cov.personas[c]) for c in cov.categories))
+    table.add_row("questions", *(str(cov.questions[c]) for c in cov.categories))
+    table.add_row("asked by 2+ personas", *(str(cov.shared[c]) for c in cov.categories))
     console.print(table)
     gaps = cov.gaps(tax)
-    cells = len(CATEGORIES) * len(tax.dimensions)
+    cells = len(cov.categories) * len(tax.dimensions)
     if gaps:
         console.print(
             f"[red]{len(gaps)} of {cells} cells uncovered:[/red] "
@@ -157,8 +161,8 @@ def expand(
     outputs/persona_candidates/, never into the library.
     """
     from pipeline.config import load_config
-    from pipeline.personas import PersonaFileError
     from pipeline.personas.expand import expand as run_expand
+    from pipeline.personas.files import PersonaFileError
 
     try:
         cfg = load_config(config, model__base_url=base_url)

@@ -17,10 +17,10 @@ from pathlib import Path
 from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig, resolve_path
 from pipeline.llm import LLM, LLMError
-from pipeline.personas import PersonaFileError, Taxonomy, load_taxonomy
 from pipeline.personas.checks import Entry, cross_issues, parse_paths, persona_issues
+from pipeline.personas.files import PersonaFileError, Taxonomy, load_taxonomy
 from pipeline.prompts import load_prompt
-from pipeline.records import CATEGORIES, Persona, PersonaDraft, ProfileItem, stable_id
+from pipeline.records import Persona, PersonaDraft, ProfileItem, stable_id
 from pipeline.store import atomic_write
 
 STAGE = "persona_expand"
@@ -151,9 +151,13 @@ async def expand(
         raise PersonaFileError(f"the library has errors; run `prb personas validate`: {errs[0]}")
     known = [e for e in entries if isinstance(e.record, Persona)]
     library = [e.record for e in known]
-    categories = categories or list(CATEGORIES)
-    if bad := [c for c in categories if c not in CATEGORIES]:
-        raise PersonaFileError(f"unknown category {bad[0]!r}; use one of {', '.join(CATEGORIES)}")
+    known_categories = sorted({p.category for p in library})  # from the data, not the code
+    categories = categories or known_categories
+    if bad := [c for c in categories if c not in known_categories]:
+        raise PersonaFileError(
+            f"no persona of category {bad[0]!r} in the library to seed it from; the library "
+            f"has {', '.join(known_categories)}"
+        )
     result = ExpandResult(candidates_path(cfg, name, out))
     prompt = load_prompt(STAGE)
     rng = random.Random(f"expand:{seed}")
@@ -176,6 +180,7 @@ async def expand(
                     stage=STAGE,
                     model=cfg.model.generator,
                     variables={
+                        "categories": known_categories,
                         "category": p.category,
                         "targets": p.targets,
                         "seeds": [s.model_dump() for s in p.seeds],

@@ -17,8 +17,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from pipeline.config import resolve_path
-from pipeline.personas import PersonaFileError
-from pipeline.records import CATEGORIES, Persona, ProfileItem, Question, RubricAspect, stable_id
+from pipeline.errors import PrbError, safe_name
+from pipeline.personas.files import PersonaFileError
+from pipeline.records import Persona, ProfileItem, Question, RubricAspect, stable_id
 
 REQUIRED = ("question", "profile", "category")
 # Imported users are real people's posts, longer than the library's: generous bounds, there only
@@ -71,11 +72,10 @@ def map_record(row: dict, where: str, origin: str) -> tuple[Persona, Question]:
     if missing:
         raise PersonaFileError(f"{label}: missing required field(s) {', '.join(missing)}")
     category = row["category"]
-    if category not in CATEGORIES:
-        raise PersonaFileError(
-            f"{label}: field category: unknown category {category!r}; use one of "
-            + ", ".join(CATEGORIES)
-        )
+    try:  # any category the data brings, as long as it can name a release folder
+        safe_name(category, "category")
+    except PrbError as e:
+        raise PersonaFileError(f"{label}: field category: {e}") from None
     if not isinstance(row["profile"], list):
         raise PersonaFileError(f"{label}: field profile: expected a list of {{id, category, text}}")
     _check_sizes(row, label)

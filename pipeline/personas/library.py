@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.config import resolve_path
-from pipeline.personas import PersonaFileError, Taxonomy
 from pipeline.personas.checks import Report, validate
-from pipeline.records import CATEGORIES, Persona, Question
+from pipeline.personas.files import PersonaFileError, Taxonomy
+from pipeline.records import Persona, Question
 from pipeline.store import atomic_write
 
 
@@ -74,8 +74,13 @@ class Coverage:
     questions: Counter  # category -> questions
     shared: Counter  # category -> questions asked by several personas
 
+    @property
+    def categories(self) -> list[str]:
+        """The categories the library holds (from the data: a new one shows up by itself)."""
+        return sorted(self.personas)
+
     def gaps(self, tax: Taxonomy) -> list[tuple[str, str]]:
-        return [(c, d) for c in CATEGORIES for d in tax.dimensions if not self.cells[c, d]]
+        return [(c, d) for c in self.categories for d in tax.dimensions if not self.cells[c, d]]
 
 
 def coverage(personas: list[Persona], questions: list[Question]) -> Coverage:

@@ -17,7 +17,7 @@ import time
 from fastapi import APIRouter, Form, UploadFile
 from fastapi.responses import JSONResponse, Response
 
-from pipeline.sim.responder import respond
+from pipeline.sim.dispatch import respond
 
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
 

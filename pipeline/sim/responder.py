@@ -428,7 +428,7 @@ def content_plan(t: dict[str, str], rng: random.Random) -> str:
     return json.dumps({"key_points": [p.format(a=a, b=b) for p in points]})
 
 
-def _layout(points: list[str], fmt: str) -> str:
+def layout(points: list[str], fmt: str) -> str:
     if fmt == "bullets":
         return "\n".join(f"- {p}." for p in points)
     if fmt == "steps":
@@ -436,11 +436,11 @@ def _layout(points: list[str], fmt: str) -> str:
     return " ".join(f"{p}." for p in points)
 
 
-def _styles_of(aspects: list[str]) -> list[Style]:
+def styles_of(aspects: list[str]) -> list[Style]:
     return [STYLE_BY_ASPECT.get(a.lower(), FALLBACK) for a in aspects]
 
 
-def _trim(text: str, budget: int) -> str:
+def trim(text: str, budget: int) -> str:
     words = text.split(" ")
     return text if len(words) <= budget else " ".join(words[:budget]).rstrip(",;") + "."
 
@@ -451,12 +451,12 @@ def _opener_words(styles: list[Style]) -> int:
 
 
 def chosen(t: dict[str, str], system: str, rng: random.Random) -> str:
-    styles = _styles_of(numbered(t.get("aspects", "")))
+    styles = styles_of(numbered(t.get("aspects", "")))
     points = bullets(t.get("key_points", ""))
     fmt = next((s.tag for s in styles if s.tag in LAYOUTS), "prose")
     opener = " ".join(s.phrase for s in styles if s.tag not in LAYOUTS)
-    return _trim(
-        f"{opener or 'Here is what I would suggest.'}\n{_layout(points, fmt)}", _budget(system)
+    return trim(
+        f"{opener or 'Here is what I would suggest.'}\n{layout(points, fmt)}", budget(system)
     )
 
 
@@ -495,7 +495,7 @@ def _rejected_layout(strategy: str, wanted: set[str], rng: random.Random) -> str
 def rejected(t: dict[str, str], system: str, rng: random.Random) -> str:
     """Same key points, same order, about the same length as the chosen answer would have, in a
     register picked by the strategy; it carries no marker of any wanted aspect."""
-    styles = _styles_of(numbered(t.get("avoid_aspects", "")))
+    styles = styles_of(numbered(t.get("avoid_aspects", "")))
     wanted = {s.tag for s in styles}
     strategy = tags(system).get("strategy") or "ignore_aspects"
     points = bullets(t.get("key_points", ""))
@@ -507,10 +507,10 @@ def rejected(t: dict[str, str], system: str, rng: random.Random) -> str:
     while sum(len(x.split()) for x in opener) < target and len(opener) < 2 * len(pool):
         opener.append(pool[len(opener) % len(pool)])
     fmt = _rejected_layout(strategy, wanted, rng)
-    return _trim(" ".join(opener) + "\n" + _layout(points, fmt), _budget(system))
+    return trim(" ".join(opener) + "\n" + layout(points, fmt), budget(system))
 
 
-def _budget(system: str) -> int:
+def budget(system: str) -> int:
     m = re.search(r"at most (\d+) words", system)
     return int(m.group(1)) if m else 100
 
@@ -538,7 +538,7 @@ def judge_quality(t: dict[str, str], rng: random.Random) -> str:
     )
 
 
-def _satisfies(style: Style, aspect: str, answer: str) -> bool:
+def satisfies(style: Style, aspect: str, answer: str) -> bool:
     if style is FALLBACK and aspect.lower() != FALLBACK.aspect.lower():
         return len(set(keywords(aspect)) & set(keywords(answer))) >= 2
     if style.tag in {"bullets", "steps"}:
@@ -550,8 +550,8 @@ def judge_adherence(t: dict[str, str], rng: random.Random) -> str:
     aspects = numbered(t.get("aspects", ""))
     answer = t.get("answer", "")
     checks = [
-        {"index": i, "satisfied": _satisfies(s, a, answer)}
-        for i, (s, a) in enumerate(zip(_styles_of(aspects), aspects, strict=True), 1)
+        {"index": i, "satisfied": satisfies(s, a, answer)}
+        for i, (s, a) in enumerate(zip(styles_of(aspects), aspects, strict=True), 1)
     ]
     return json.dumps({"checks": checks})
 
@@ -570,58 +570,3 @@ def judge_blind(t: dict[str, str], rng: random.Random) -> str:
     else:
         choice, reason = ("A" if rng.random() < 0.2 else "tie"), "no real difference"
     return json.dumps({"choice": choice, "reason": reason})
-
-
-def detect_task(header: str | None, t: dict[str, str]) -> str:
-    if header:
-        return header
-    if "profile" in t:
-        return "planner"
-    if "answer_a" in t:
-        return "judge_blind"
-    if "avoid_aspects" in t:
-        return "rejected"
-    if "key_points" in t:
-        return "chosen"
-    if "aspects" in t and "answer" in t:
-        return "judge_adherence"
-    if "answer" in t:
-        return "judge_quality"
-    return "content_plan"
-
-
-def respond(
-    task: str | None, messages: list[dict], model: str, seed: int | None, degrade_rate: float = 0.0
-) -> str:
-    """The answer to one chat request. `degrade_rate` turns that fraction of rejected answers
-    (chosen by request hash, so deterministically) into an unhelpful one, for testing filters."""
-    system = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "system")
-    user = "\n".join(m.get("content") or "" for m in messages if m.get("role") != "system")
-    t = tags(user)
-    task = detect_task(task, t)
-    rng = rng_for(task, messages, model, seed)
-    handlers = {
-        "planner": lambda: planner(t, rng),
-        "content_plan": lambda: content_plan(t, rng),
-        "chosen": lambda: chosen(t, system, rng),
-        "rejected": lambda: rejected(t, system, rng),
-        "judge_quality": lambda: judge_quality(t, rng),
-        "judge_adherence": lambda: judge_adherence(t, rng),
-        "judge_blind": lambda: judge_blind(t, rng),
-    }
-    from pipeline.sim import rm_judge  # `prb eval` tasks; imported here as it imports us
-
-    handlers |= {
-        "rm_pointwise": lambda: rm_judge.rm_pointwise(t, rng),
-        "rm_pairwise": lambda: rm_judge.rm_pairwise(t, rng),
-        "bon_oracle": lambda: rm_judge.bon_oracle(t, rng),
-        "bon_candidate": lambda: rm_judge.bon_candidate(t, system, rng),
-    }
-    from pipeline.sim.persona_writer import persona_expand  # `prb personas expand`
-
-    handlers["persona_expand"] = lambda: persona_expand(t, rng)
-    if task == "rejected" and rng_for("degrade", messages).random() < degrade_rate:
-        return DEGRADED
-    if task not in handlers:
-        return json.dumps({"error": f"the simulator does not know task {task!r}"})
-    return handlers[task]()

@@ -19,13 +19,13 @@ from pipeline.sim.responder import (
     POINTS,
     STYLES,
     Style,
-    _budget,
-    _layout,
-    _satisfies,
-    _styles_of,
-    _trim,
+    budget,
     keywords,
+    layout,
     numbered,
+    satisfies,
+    styles_of,
+    trim,
 )
 
 LAPSE = 0.1  # how often a judge overlooks the user context, as real judges sometimes do
@@ -43,7 +43,7 @@ def wanted_styles(context: str) -> list[tuple[Style, str]]:
 
 
 def fit(answer: str, wanted: list[tuple[Style, str]]) -> float:
-    return sum(_satisfies(s, a, answer) for s, a in wanted) / len(wanted)
+    return sum(satisfies(s, a, answer) for s, a in wanted) / len(wanted)
 
 
 def _words(text: str) -> int:
@@ -83,8 +83,8 @@ def bon_oracle(t: dict[str, str], rng: random.Random) -> str:
     aspects = numbered(t.get("aspects", ""))
     answer = t.get("answer", "")
     scores = []
-    for i, (style, aspect) in enumerate(zip(_styles_of(aspects), aspects, strict=True), 1):
-        if _satisfies(style, aspect, answer):
+    for i, (style, aspect) in enumerate(zip(styles_of(aspects), aspects, strict=True), 1):
+        if satisfies(style, aspect, answer):
             score = 2
         else:
             score = 1 if set(keywords(aspect)) & set(keywords(answer)) else 0
@@ -107,5 +107,5 @@ def bon_candidate(t: dict[str, str], system: str, rng: random.Random) -> str:
     opener = " ".join(
         getattr(s, "phrase", "") or s.marker for s in followed if s.tag not in LAYOUT_TAGS
     )
-    text = f"{opener or 'Here is what I would suggest.'}\n{_layout(points, fmt)}"
-    return _trim(text, _budget(system))
+    text = f"{opener or 'Here is what I would suggest.'}\n{layout(points, fmt)}"
+    return trim(text, budget(system))

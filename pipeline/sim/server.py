@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from pipeline.sim import batches
 from pipeline.sim import faults as extra_faults
-from pipeline.sim.responder import respond
+from pipeline.sim.dispatch import respond
 
 MODELS = ("prb-sim-1",)
 

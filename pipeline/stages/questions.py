@@ -8,15 +8,10 @@ import random
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from pipeline.records import Persona, Question, Task, stable_id
-
-
-def task_id(persona_id: str, question: str) -> str:
-    return stable_id(persona_id, question, prefix="t-")
-
-
-def task_key(task: Task) -> str:
-    return task.task_id
+from pipeline.personas.sources import source_for
+from pipeline.records import Persona, Question, Task, task_id
+from pipeline.stages.base import RunContext, Stage
+from pipeline.store import Records
 
 
 def assign_questions(
@@ -52,3 +47,26 @@ def assign_questions(
                 question=q.question,
                 category=persona.category,
             )
+
+
+async def run(ctx: RunContext, personas: Records) -> Records:
+    cfg = ctx.cfg.personas
+    pool = source_for(cfg).questions(cfg)
+    tasks = assign_questions(personas, pool, cfg.questions_per_persona, ctx.cfg.seed)
+    STAGE.file(ctx.run_dir).write_all(tasks)
+    records = Records(STAGE.file(ctx.run_dir), STAGE.output_id)
+    ctx.funnel["questions"] = len(records)
+    return records
+
+
+STAGE = Stage(
+    name="questions",
+    input=Persona,
+    input_id=lambda p: p.persona_id,
+    output=Task,
+    output_id=lambda t: t.task_id,
+    run=run,
+    funnel="questions",
+    about="one question per persona: its own question if it has one, else one from the "
+    "category's pool",
+)

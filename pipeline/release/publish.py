@@ -17,10 +17,9 @@ from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard
 
 from pipeline.errors import PrbError
-from pipeline.pairs import pair_id
-from pipeline.release import FEATURES, data_path, file_checksums, jsonl_path
-
-PARQUET_GLOB = "*/test-*.parquet"
+from pipeline.records import pair_id
+from pipeline.release.manifest import load
+from pipeline.release.schema import FEATURES, PARQUET_GLOB, data_path, file_checksums, jsonl_path
 
 
 class PushRefused(PrbError, RuntimeError):
@@ -289,8 +288,8 @@ def push(
         raise PushRefused(
             f"{release} fails verification ({len(problems)} problem(s); see `prb release verify`)"
         )
-    manifest = json.loads((Path(release) / "manifest.json").read_text(encoding="utf-8"))
-    if manifest.get("simulated") and not allow_simulated:
+    manifest = load(release)
+    if manifest.simulated and not allow_simulated:
         raise PushRefused(
             f"{release} was built on the simulator; pass --allow-simulated to publish it anyway"
         )
@@ -311,7 +310,7 @@ def push(
         repo_id=repo,
         repo_type="dataset",
         folder_path=str(release),
-        commit_message=f"prb release {manifest['run_id']} ({manifest['config_fingerprint']})",
+        commit_message=f"prb release {manifest.run_id} ({manifest.config_fingerprint})",
         delete_patterns=foreign if replace and foreign else None,
     )
     return info.commit_url

@@ -11,24 +11,21 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
 from pathlib import Path
 
 import datasets
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from scipy import stats
 
 from pipeline import progress
 from pipeline.errors import PrbError
+from pipeline.eval.report import bar_plot, leaderboard, slug, to_markdown
+from pipeline.eval.rewards import Query, RewardModel, user_context
 from pipeline.llm import LLMError, PermanentLLMError
 from pipeline.records import PairScore
-from pipeline.rewards import Query, RewardModel, user_context
-
-REQUIRED = ("id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen",
-            "rejected")  # fmt: skip
+from pipeline.release.schema import PUBLIC
 
 
 class ReleaseError(PrbError, ValueError):
@@ -48,7 +45,7 @@ def load_release(path: str | Path) -> list[dict]:
         ds = datasets.Dataset(pa.concat_tables([pq.read_table(f) for f in files]))
     except Exception as e:  # Arrow raises many types for unreadable files
         raise ReleaseError(f"{path}: cannot read the release's Parquet files: {e}") from None
-    missing = [c for c in REQUIRED if c not in ds.column_names]
+    missing = [c for c in PUBLIC if c not in ds.column_names]
     if missing:
         raise ReleaseError(f"{path}: missing columns {missing}")
     rows = ds.to_list()
@@ -177,10 +174,6 @@ def metrics(scores: list[PairScore], n_resamples: int = 1000, seed: int = 0) -> 
     }
 
 
-def slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
-
-
 def _release_info(release: Path) -> dict:
     manifest = release / "manifest.json"
     info = {"path": str(release)}
@@ -188,64 +181,6 @@ def _release_info(release: Path) -> dict:
         m = json.loads(manifest.read_text(encoding="utf-8"))
         info |= {k: m.get(k) for k in ("name", "run_id", "simulated", "config_fingerprint")}
     return info
-
-
-def leaderboard(results: list[dict]) -> pd.DataFrame:
-    rows = []
-    for r in results:
-        m = r["metrics"]
-        row = {
-            "model": r["model"],
-            "context": r["context"],
-            "accuracy": m["accuracy"],
-            "ci_low": m["ci_low"],
-            "ci_high": m["ci_high"],
-        }
-        row |= {f"acc_{c}": v["accuracy"] for c, v in m["per_category"].items()}
-        row |= {
-            "longer_preferred": m["longer_preferred"],
-            "ties": m["ties"],
-            "errors": m["errors"],
-            "n": m["n"],
-        }
-        rows.append(row)
-    df = pd.DataFrame(rows).sort_values(["accuracy", "model"], ascending=[False, True])
-    return df.reset_index(drop=True)
-
-
-def to_markdown(df: pd.DataFrame, title: str, notes: list[str] = ()) -> str:
-    def cell(v) -> str:
-        if isinstance(v, float):
-            return "–" if math.isnan(v) else f"{v:.3f}"
-        return str(v)
-
-    lines = [f"# {title}", "", *notes, "" if notes else ""]
-    lines.append("| " + " | ".join(df.columns) + " |")
-    lines.append("|" + "---|" * len(df.columns))
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join(lines) + "\n"
-
-
-def bar_plot(df: pd.DataFrame, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    df = df.iloc[::-1]  # best at the top
-    labels = df["model"].tolist()
-    acc = df["accuracy"].to_numpy()
-    err = np.vstack([acc - df["ci_low"].to_numpy(), df["ci_high"].to_numpy() - acc])
-    fig, ax = plt.subplots(figsize=(8, 0.45 * len(df) + 1.5))
-    ax.barh(labels, acc, xerr=np.nan_to_num(err), color="#4c72b0", capsize=3)
-    ax.axvline(0.5, color="grey", linestyle="--", linewidth=1, label="chance (0.5)")
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("pairwise accuracy (chosen strictly above rejected), 95% bootstrap CI")
-    ax.set_title(title)
-    ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 async def evaluate(
@@ -318,8 +253,8 @@ async def run(
     """What `prb eval` does: build the adapters, score the release, write the results; with
     `bon` (n, candidates, generator, oracle) also the Best-of-N check under out/bon/."""
     from pipeline.cache import ResponseCache
+    from pipeline.eval.models import parse_spec
     from pipeline.llm import LLM
-    from pipeline.rewards import parse_spec
 
     cache = ResponseCache(cfg.cache_path)
     llm = LLM(cfg.model, cache)
@@ -337,7 +272,7 @@ async def run(
 
 
 async def _run_bon(release, rows, rms, results, llm, cfg, out, seed, opts) -> dict:
-    from pipeline import bon
+    from pipeline.eval import bon
 
     n = opts["n"]
     if opts.get("candidates"):

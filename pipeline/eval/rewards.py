@@ -6,7 +6,8 @@ A reward model ranks candidate answers to one user's question. Pointwise models 
 for pairwise models the number of wins over every ordered pair of candidates, so each A/B
 order is asked. Adapters: LLM judges (any OpenAI-compatible endpoint, through pipeline/llm.py),
 a Hugging Face sequence classifier (extra `hf`), and baselines (random, longer-wins, lexical
-profile overlap). `parse_spec` turns a `--rm` string into an adapter.
+profile overlap). Each adapter says how it is named on the command line (`kind`, `help`) and
+parses its own options (`from_spec`); pipeline/eval/models.py is the table of them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from pipeline.errors import PrbError
-from pipeline.llm import LLM, LLMError
+from pipeline.llm import LLM
 from pipeline.prompts import load_prompt
 from pipeline.records import stable_id
 
@@ -52,6 +53,16 @@ class Query:
     response: str
 
 
+@dataclass(frozen=True)
+class SpecEnv:
+    """What a `--rm` spec is built against: the model client, the default judge, the default
+    user-context mode."""
+
+    llm: LLM | None
+    judge_model: str
+    context: str = "profile"
+
+
 @dataclass
 class RewardModel:
     """Base: `kind` names the adapter, `context` the user-context mode it is given."""
@@ -61,6 +72,11 @@ class RewardModel:
     options: dict = field(default_factory=dict)  # what the spec set, recorded in results
     pairwise = False  # answers prefer(); rank() asks every ordered pair
     batched = False  # local model: score_many over a whole release at once
+
+    @classmethod
+    def from_spec(cls, kind: str, options: dict, positional: list[str], env: SpecEnv):
+        """The adapter for `KIND[:ARG][,key=value...]` (options parsed, context resolved)."""
+        return cls(kind, options.get("context", env.context), options)
 
     @property
     def name(self) -> str:
@@ -111,6 +127,11 @@ class RandomRM(RewardModel):
 
     seed: int = 0
 
+    @classmethod
+    def from_spec(cls, kind, options, positional, env):
+        return cls(kind, options.get("context", env.context), options,
+                   seed=int(options.get("seed", 0)))  # fmt: skip
+
     async def score_many(self, queries):
         return [
             random.Random(stable_id(self.seed, q.question, q.response)).random() for q in queries
@@ -159,6 +180,14 @@ class JudgeRM(RewardModel):
     def __post_init__(self):
         self.prompt = load_prompt("rm_pairwise" if self.pairwise else "rm_pointwise")
 
+    @classmethod
+    def from_spec(cls, kind, options, positional, env):
+        if env.llm is None:
+            raise SpecError(f"--rm {kind}: an LLM judge needs an endpoint")
+        model = options.get("model") or (positional[0] if positional else env.judge_model)
+        options = {**options, "model": model}
+        return cls(kind, options.get("context", env.context), options, llm=env.llm, model=model)
+
     async def score_many(self, queries):
         results = await asyncio.gather(
             *(
@@ -193,69 +222,3 @@ class PairwiseJudgeRM(JudgeRM):
 
     async def score_many(self, queries):
         raise NotImplementedError("a pairwise judge compares answers; use prefer() or rank()")
-
-
-# --- specs ------------------------------------------------------------------------------------
-
-KINDS = {
-    "random": "seeded random score (option seed=N)",
-    "length": "longer answer wins",
-    "overlap": "lexical overlap between the user context and the answer",
-    "judge": "LLM judge, pointwise 1-10 (option model=NAME; default the config's judge)",
-    "judge-pair": "LLM judge, pairwise, both A/B orders (option model=NAME)",
-    "hf": "Hugging Face sequence classifier: hf:PATH_OR_ID (options device, batch_size)",
-}
-
-
-def parse_spec(spec: str, *, llm: LLM | None, judge_model: str, context: str) -> RewardModel:
-    """`KIND[:ARG][,key=value...]`, e.g. `judge:context=none`, `judge-pair:model=gpt-4o`,
-    `hf:./my-rm,device=cuda,batch_size=16`, `random:seed=3`."""
-    kind, _, rest = spec.partition(":")
-    if kind not in KINDS:
-        raise SpecError(f"--rm {spec!r}: unknown kind {kind!r}; known: {', '.join(KINDS)}")
-    options: dict[str, str] = {}
-    positional = []
-    for part in filter(None, rest.split(",")):
-        key, eq, value = part.partition("=")
-        if eq:
-            options[key.strip()] = value.strip()
-        else:
-            positional.append(part.strip())
-    ctx = options.get("context", context)
-    if ctx not in CONTEXT_MODES:
-        raise SpecError(f"--rm {spec!r}: context must be one of {', '.join(CONTEXT_MODES)}")
-    try:
-        if kind == "random":
-            return RandomRM(kind, ctx, options, seed=int(options.get("seed", 0)))
-        if kind == "length":
-            return LengthRM(kind, ctx, options)
-        if kind == "overlap":
-            return OverlapRM(kind, ctx, options)
-        if kind in ("judge", "judge-pair"):
-            if llm is None:
-                raise SpecError(f"--rm {spec!r}: an LLM judge needs an endpoint")
-            model = options.get("model") or (positional[0] if positional else judge_model)
-            options["model"] = model
-            cls = PairwiseJudgeRM if kind == "judge-pair" else JudgeRM
-            return cls(kind, ctx, options, llm=llm, model=model)
-        path = options.get("path") or (positional[0] if positional else "")
-        if not path:
-            raise SpecError(f"--rm {spec!r}: give the model as hf:PATH_OR_ID")
-        options["path"] = path
-        from pipeline.hf_reward import HFRewardModel  # torch is an optional extra
-
-        return HFRewardModel(
-            kind,
-            ctx,
-            options,
-            path=path,
-            device=options.get("device", "auto"),
-            batch_size=int(options.get("batch_size", 8)),
-        )
-    except ValueError as e:
-        if isinstance(e, SpecError):
-            raise
-        raise SpecError(f"--rm {spec!r}: {e}") from None
-
-
-__all__ = ["LLMError", "RewardModel", "Query", "parse_spec", "user_context", "CONTEXT_MODES"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from pipeline.rewards import Query, RewardModel
+from pipeline.eval.rewards import Query, RewardModel, SpecError
 
 try:
     import torch
@@ -30,6 +30,16 @@ class HFRewardModel(RewardModel):
     device: str = "auto"
     batch_size: int = 8
     max_length: int = 1024
+
+    @classmethod
+    def from_spec(cls, kind, options, positional, env):
+        path = options.get("path") or (positional[0] if positional else "")
+        if not path:
+            raise SpecError(f"--rm {kind}: give the model as hf:PATH_OR_ID")
+        options = {**options, "path": path}
+        return cls(kind, options.get("context", env.context), options, path=path,
+                   device=options.get("device", "auto"),
+                   batch_size=int(options.get("batch_size", 8)))  # fmt: skip
 
     def __post_init__(self):
         if self.device == "auto":

@@ -8,26 +8,12 @@ the audit, never used); a plan with no grounded aspect left is dropped as `plann
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from pathlib import Path
 
-from pipeline.config import RunConfig
-from pipeline.llm import LLM, LLMError, PermanentLLMError
+from pipeline.llm import LLMError
 from pipeline.prompts import load_prompt
 from pipeline.records import Dropped, RubricAspect, RubricRecord, Task
-from pipeline.store import StageFile, process_stage
-
-STAGE = "rubrics"
-OUTPUT = RubricRecord
-
-
-def input_id(task: Task) -> str:
-    return task.task_id
-
-
-def output_id(record: RubricRecord) -> str:
-    return record.task.task_id
-
+from pipeline.stages.base import RunContext, Stage, model_stage_done, process_stage
+from pipeline.store import Records
 
 CITED_ID = re.compile(r"\[([^\[\]]+)\]")
 QUOTE = re.compile(r"['\"‘“]([^'\"’”]{12,})['\"’”]")
@@ -46,31 +32,29 @@ def grounded(aspect: RubricAspect, task: Task) -> bool:
     return False
 
 
-async def run(cfg: RunConfig, llm: LLM, run_dir: Path, tasks: Iterable[Task]) -> dict[str, int]:
+async def run(ctx: RunContext, tasks: Records) -> Records:
     planner = load_prompt("planner")
 
     async def plan(task: Task) -> RubricRecord | Dropped:
         try:
-            result = await llm.call(
+            result = await ctx.llm.call(
                 planner,
-                stage=STAGE,
-                model=cfg.model.generator,
+                stage=STAGE.name,
+                model=ctx.cfg.model.generator,
                 variables={
                     "profile": [i.model_dump() for i in task.persona.profile],
                     "question": task.question,
                 },
             )
-        except PermanentLLMError:
-            raise
-        except LLMError as e:
+        except LLMError as e:  # a PermanentLLMError is not one: the run stops
             return Dropped(
-                stage=STAGE, id=task.task_id, reason=f"planner_{e.kind}", detail=e.detail
+                stage=STAGE.name, id=task.task_id, reason=f"planner_{e.kind}", detail=e.detail
             )
         aspects = result.value.rubric_aspects
         kept = [a for a in aspects if grounded(a, task)]
         if not kept:
             return Dropped(
-                stage=STAGE,
+                stage=STAGE.name,
                 id=task.task_id,
                 reason="planner_ungrounded",
                 detail=f"none of {len(aspects)} aspects cites a profile item of "
@@ -84,12 +68,24 @@ async def run(cfg: RunConfig, llm: LLM, run_dir: Path, tasks: Iterable[Task]) ->
             calls={"planner": result.key},
         )
 
-    return await process_stage(
-        STAGE,
-        tasks,
-        input_id=input_id,
-        out=StageFile(run_dir, STAGE, OUTPUT),
-        output_id=output_id,
-        run_dir=run_dir,
-        fn=plan,
-    )
+    await process_stage(STAGE, tasks, ctx.run_dir, plan)  # sharded: finds the shards' work done
+    return model_stage_done(STAGE, ctx, tasks)
+
+
+_PROFILE = [{"id": "p1", "category": "sample", "text": "A sample profile item."}]
+
+STAGE = Stage(
+    name="rubrics",
+    input=Task,
+    input_id=lambda t: t.task_id,
+    output=RubricRecord,
+    output_id=lambda r: r.task.task_id,
+    run=run,
+    role="generator",
+    tasks=("planner",),
+    calls=("planner",),
+    samples={"planner": {"profile": _PROFILE, "question": "A question?"}},
+    funnel="rubrics",
+    about="a planner model derives rubric aspects, each citing profile items as evidence, and "
+    "a narrative",
+)

@@ -24,11 +24,11 @@ from scipy import stats
 from sklearn.metrics import ndcg_score
 
 from pipeline.errors import PrbError
-from pipeline.evaluate import slug, to_markdown
+from pipeline.eval.report import slug, to_markdown
+from pipeline.eval.rewards import Query, RewardModel, user_context
 from pipeline.llm import LLM, LLMError, PermanentLLMError
 from pipeline.prompts import load_prompt
 from pipeline.records import BonPick, stable_id
-from pipeline.rewards import Query, RewardModel, user_context
 
 STAGE = "eval_bon"
 

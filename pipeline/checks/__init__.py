@@ -1,0 +1,74 @@
+"""The checks the filters stage runs: every module of this package that declares a `CHECK`
+(see base.py), found here and nowhere else.
+
+Their `order` is how checks are documented and released (card, `pair_checks` columns,
+reasons); the filters stage runs them by cost: model-free checks first, then each judge check,
+and a pair already dropped meets no later judge unless `filters.evaluate_all` (the auditing
+mode, which records every check for every pair).
+
+To add a check: a module here declaring `CHECK`, and a test; a judge check adds its prompt file
+in prompts/. Its settings join the config's `filters:` section, its result the filters stage's
+records, its columns the release, its rule text the card, its figures the audit.
+"""
+
+from __future__ import annotations
+
+import pkgutil
+from importlib import import_module
+
+from pydantic import Field, create_model
+
+from pipeline.checks.base import Call, Check
+from pipeline.records import Record
+
+
+def _discover() -> tuple[Check, ...]:
+    found = [
+        import_module(f"{__name__}.{m.name}").CHECK
+        for m in pkgutil.iter_modules(__path__)
+        if m.name != "base"
+    ]
+    return tuple(sorted(found, key=lambda c: (c.order, c.name)))
+
+
+CHECKS: tuple[Check, ...] = _discover()
+
+
+def by_cost() -> list[Check]:
+    """The order they run in: cheapest first, ties in list order."""
+    return sorted(CHECKS, key=lambda c: c.cost)
+
+
+def tasks() -> tuple[str, ...]:
+    """The prompt tasks the checks call."""
+    return tuple(dict.fromkeys(t for c in CHECKS for t in c.tasks))
+
+
+def setting_names() -> list[str]:
+    """Every check's settings, thresholds first then switches, each group in list order: the
+    order of the config's `filters:` section and of the card's table."""
+    fields = [(name, f) for c in CHECKS for name, f in c.settings.model_fields.items()]
+    return [n for n, f in fields if f.annotation is not bool] + [
+        n for n, f in fields if f.annotation is bool
+    ]
+
+
+class _FilterBase(Record):
+    def model_post_init(self, _: object) -> None:
+        for check in CHECKS:  # each check's own validators (e.g. min <= max) hold on the whole
+            check.settings.model_validate(self.model_dump(include=set(check.settings.model_fields)))
+
+
+def _settings_model() -> type[Record]:
+    fields = {
+        c_name: (f.annotation, f) for c in CHECKS for c_name, f in c.settings.model_fields.items()
+    }
+    ordered = {n: fields[n] for n in setting_names()}
+    evaluate_all = (bool, Field(False, description="run every check on every pair (auditing)"))
+    return create_model("FilterConfig", __base__=_FilterBase, **ordered, evaluate_all=evaluate_all)
+
+
+# the config's `filters:` section: every check's settings, plus the stage's own switch
+FilterConfig = _settings_model()
+
+__all__ = ["CHECKS", "Call", "Check", "FilterConfig", "by_cost", "setting_names", "tasks"]

@@ -1,0 +1,37 @@
+"""Answer near-duplicates, model-free: two answers that are nearly the same text cannot differ
+in personal fit either."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from rapidfuzz import fuzz
+
+from pipeline.checks.base import Check
+from pipeline.records import Record
+
+
+class Settings(Record):
+    max_answer_similarity: float = Field(0.95, ge=0, le=1)
+
+
+class Result(Record):
+    similarity: float  # rapidfuzz ratio of the two answers, 0-1
+
+
+CHECK = Check(
+    name="answer_similarity",
+    order=50,
+    settings=Settings,
+    result=Result,
+    measure=lambda pair, _, __: Result(
+        similarity=round(fuzz.ratio(pair.chosen, pair.rejected) / 100, 4)
+    ),
+    decide=lambda r, s: (
+        ["answers_near_duplicate"] if r.similarity > s.max_answer_similarity else []
+    ),  # fmt: skip
+    about="answer similarity",
+    docs={"max_answer_similarity": "textual similarity of the two answers ≤"},
+    features={"answer_similarity": "float64"},
+    released=lambda r: {"answer_similarity": r.similarity},
+    severity=lambda r: 2 * r.similarity**8,
+)

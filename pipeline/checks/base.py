@@ -1,0 +1,67 @@
+"""What a check is: one filter on a pair, declared whole in one module.
+
+A `Check` names what it costs (judge calls per pair; 0 = model-free), the prompt tasks it calls,
+its thresholds (its own pydantic `Settings`: those fields sit in the config's `filters:`
+section), what it records per pair (its `Result`, stored at `FilterRecord.checks[name]`), its
+decision rule, its card text, its part of the released `pair_checks` column and its figures in
+the audit. The filters stage, the config, the card, the release schema and the audit are all
+derived from the list of checks (pipeline/checks/__init__.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from pipeline.llm import CallResult
+    from pipeline.records import FilterRecord, Pair
+
+
+@dataclass(frozen=True)
+class Call:
+    """One judge call a check makes for a pair: `name` keys its answer in the record."""
+
+    name: str
+    task: str
+    variables: dict
+
+
+def _none(*_: object) -> list:
+    return []
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    settings: type[BaseModel]  # its thresholds: fields of the config's `filters:` section
+    result: type[BaseModel]  # what it records per pair: FilterRecord.checks[name]
+    decide: Callable[[Any, Any], list[str]]  # (result, settings) -> drop reasons, [] = pass
+    about: str  # card: what its part of the `pair_checks` column holds
+    docs: dict[str, str]  # card: each setting's rule, shown with its value
+    features: dict[str, Any]  # release: its sub-fields of `pair_checks`, as dtype names
+    released: Callable[[Any], dict]  # release: the values of those sub-fields for a result
+    order: int = 100  # its place in the card, the `pair_checks` column and the reasons
+    cost: int = 0  # judge calls per pair; model-free checks (0) run before any call
+    tasks: tuple[str, ...] = ()  # prompt tasks it calls (in the build fingerprint and manifest)
+    samples: dict[str, dict] = field(default_factory=dict)  # task -> variables (preflight)
+    calls: Callable[[Pair], list[Call]] = _none  # its judge calls for a pair
+    call_names: tuple[str, ...] = ()  # the names those calls are recorded under, in order
+    # (pair, answers by call name, what `prepare` made) -> result; a failed call is absent
+    measure: Callable[[Pair, dict[str, CallResult], Any], BaseModel] | None = None
+    prepare: Callable[[Iterable[Pair], Any], Any] | None = None  # one pass over all pairs
+    flags: Callable[[Any], list[str]] = _none  # warnings recorded whether or not it drops
+    # release: top-level columns it adds: name -> (dtype names, card text, value of a result)
+    columns: dict[str, tuple[Any, str, Callable[[Any], Any]]] = field(default_factory=dict)
+    # audit: per-pair numbers for the report's table, and how far the pair is from "only
+    # personal fit" (adds to its severity ranking)
+    frame: Callable[[Any], dict] = lambda _: {}
+    severity: Callable[[Any], float] = lambda _: 0.0
+
+    def read(self, record: FilterRecord) -> Any:
+        """This check's result on a filtered pair, or None if it did not run (or failed)."""
+        data = record.checks.get(self.name)
+        return None if data is None else self.result.model_validate(data)

@@ -1,0 +1,56 @@
+"""Length ratio, model-free: rejected words / chosen words. Reward models favour longer answers;
+a pair whose answers differ much in length can be won on length instead of personal fit."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import Field, model_validator
+
+from pipeline.checks.base import Check
+from pipeline.records import Record
+
+
+class Settings(Record):
+    min_length_ratio: float = Field(0.6, gt=0)
+    max_length_ratio: float = Field(1.6, gt=0)
+
+    @model_validator(mode="after")
+    def _band(self) -> Settings:
+        if self.min_length_ratio > self.max_length_ratio:
+            raise ValueError(
+                f"min_length_ratio {self.min_length_ratio} is above max_length_ratio "
+                f"{self.max_length_ratio}: no pair could pass"
+            )
+        return self
+
+
+class Result(Record):
+    ratio: float
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+CHECK = Check(
+    name="length_ratio",
+    order=40,
+    settings=Settings,
+    result=Result,
+    measure=lambda pair, _, __: Result(
+        ratio=round(words(pair.rejected) / max(1, words(pair.chosen)), 4)
+    ),
+    decide=lambda r, s: (
+        [] if s.min_length_ratio <= r.ratio <= s.max_length_ratio else ["length_ratio"]
+    ),  # fmt: skip
+    about="length ratio (rejected/chosen words)",
+    docs={
+        "min_length_ratio": "rejected/chosen word ratio ≥",
+        "max_length_ratio": "rejected/chosen word ratio ≤",
+    },
+    features={"length_ratio": "float64"},
+    released=lambda r: {"length_ratio": r.ratio},
+    frame=lambda r: {"length_ratio": r.ratio},
+    severity=lambda r: 4 * abs(math.log(max(r.ratio, 1e-3))),
+)

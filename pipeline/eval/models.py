@@ -1,0 +1,70 @@
+"""The reward-model kinds `prb eval --rm` knows, in one table: a `--rm` spec's kind names an
+adapter, which parses its own options. Heavy adapters (torch) are imported only when used.
+
+    KIND[:ARG][,key=value...]   e.g. judge:context=none, judge-pair:model=gpt-4o,
+                                hf:./my-rm,device=cuda,batch_size=16, random:seed=3
+
+To add a reward model: an adapter class (a `RewardModel`; if it takes options, its own
+`from_spec`), its line in KINDS, and a test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import import_module
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    help: str  # one line for `prb eval --help`
+    adapter: str  # "module:Class", imported when a spec names this kind
+
+    def load(self):
+        module, _, cls = self.adapter.partition(":")
+        return getattr(import_module(module), cls)
+
+
+KINDS: tuple[Kind, ...] = (
+    Kind("random", "seeded random score (option seed=N)", "pipeline.eval.rewards:RandomRM"),
+    Kind("length", "longer answer wins", "pipeline.eval.rewards:LengthRM"),
+    Kind("overlap", "lexical overlap between the user context and the answer",
+         "pipeline.eval.rewards:OverlapRM"),
+    Kind("judge", "LLM judge, pointwise 1-10 (option model=NAME; default the config's judge)",
+         "pipeline.eval.rewards:JudgeRM"),
+    Kind("judge-pair", "LLM judge, pairwise, both A/B orders (option model=NAME)",
+         "pipeline.eval.rewards:PairwiseJudgeRM"),
+    Kind("hf", "Hugging Face sequence classifier: hf:PATH_OR_ID (options device, batch_size; "
+         "the `hf` extra)", "pipeline.eval.hf:HFRewardModel"),
+)  # fmt: skip
+
+
+def help_text() -> str:
+    return "; ".join(f"{k.name}: {k.help}" for k in KINDS)
+
+
+def parse_spec(spec: str, *, llm, judge_model: str, context: str):
+    """The adapter (a RewardModel) a `--rm` spec names, built with its options."""
+    kind, _, rest = spec.partition(":")
+    from pipeline.eval.rewards import CONTEXT_MODES, SpecEnv, SpecError
+
+    found = next((k for k in KINDS if k.name == kind), None)
+    if found is None:
+        known = ", ".join(k.name for k in KINDS)
+        raise SpecError(f"--rm {spec!r}: unknown kind {kind!r}; known: {known}")
+    options: dict[str, str] = {}
+    positional = []
+    for part in filter(None, rest.split(",")):
+        key, eq, value = part.partition("=")
+        if eq:
+            options[key.strip()] = value.strip()
+        else:
+            positional.append(part.strip())
+    if options.get("context", context) not in CONTEXT_MODES:
+        raise SpecError(f"--rm {spec!r}: context must be one of {', '.join(CONTEXT_MODES)}")
+    try:
+        return found.load().from_spec(kind, options, positional, SpecEnv(llm, judge_model, context))
+    except SpecError as e:
+        raise SpecError(f"--rm {spec!r}: {str(e).removeprefix(f'--rm {kind}: ')}") from None
+    except ValueError as e:
+        raise SpecError(f"--rm {spec!r}: {e}") from None

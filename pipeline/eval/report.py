@@ -1,0 +1,73 @@
+"""What `prb eval` writes: leaderboards as Markdown and CSV, and the accuracy plot. Shared by
+pairwise accuracy (evaluate.py), Best-of-N (bon.py) and RL (rl.py)."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
+
+
+def leaderboard(results: list[dict]) -> pd.DataFrame:
+    rows = []
+    for r in results:
+        m = r["metrics"]
+        row = {
+            "model": r["model"],
+            "context": r["context"],
+            "accuracy": m["accuracy"],
+            "ci_low": m["ci_low"],
+            "ci_high": m["ci_high"],
+        }
+        row |= {f"acc_{c}": v["accuracy"] for c, v in m["per_category"].items()}
+        row |= {
+            "longer_preferred": m["longer_preferred"],
+            "ties": m["ties"],
+            "errors": m["errors"],
+            "n": m["n"],
+        }
+        rows.append(row)
+    df = pd.DataFrame(rows).sort_values(["accuracy", "model"], ascending=[False, True])
+    return df.reset_index(drop=True)
+
+
+def to_markdown(df: pd.DataFrame, title: str, notes: list[str] = ()) -> str:
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return "–" if math.isnan(v) else f"{v:.3f}"
+        return str(v)
+
+    lines = [f"# {title}", "", *notes, "" if notes else ""]
+    lines.append("| " + " | ".join(df.columns) + " |")
+    lines.append("|" + "---|" * len(df.columns))
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"
+
+
+def bar_plot(df: pd.DataFrame, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    df = df.iloc[::-1]  # best at the top
+    labels = df["model"].tolist()
+    acc = df["accuracy"].to_numpy()
+    err = np.vstack([acc - df["ci_low"].to_numpy(), df["ci_high"].to_numpy() - acc])
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(df) + 1.5))
+    ax.barh(labels, acc, xerr=np.nan_to_num(err), color="#4c72b0", capsize=3)
+    ax.axvline(0.5, color="grey", linestyle="--", linewidth=1, label="chance (0.5)")
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("pairwise accuracy (chosen strictly above rejected), 95% bootstrap CI")
+    ax.set_title(title)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,184 @@
+"""The dataset card (README.md) of a release, rendered from its manifest alone (through the
+template pipeline/templates/card.md.j2), so the card can say nothing the manifest does not
+record. The YAML header is what `datasets` and the Hub read: one config per category plus `all`,
+each with its features and row count. The funnel's words come from the stages, the thresholds'
+and the check columns' from the checks, the other columns' from the schema.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import datasets
+import jinja2
+import yaml
+
+from pipeline.annotation.verdicts import card_section as annotation_card
+from pipeline.checks import CHECKS, setting_names
+from pipeline.release.manifest import Manifest
+from pipeline.release.schema import COLUMN_DOCS, FEATURES
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+
+
+def _table(header: list[str], rows: list[list[object]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _source_note(source: str) -> str:
+    if source == "library":
+        return (
+            "The personas, profiles and questions come from prb's own persona library; no "
+            "PersonaHub data is included."
+        )
+    return f"The personas and profiles were imported from `{source}`; its licence also applies."
+
+
+def card_header(manifest: Manifest, features: datasets.Features = FEATURES) -> dict:
+    counts, sizes = manifest.per_category, manifest.num_bytes
+    configs = [("all", "*/test-*.parquet", sum(counts.values()), sum(sizes.values()))] + [
+        (c, f"{c}/test-00000-of-00001.parquet", n, sizes[c]) for c, n in counts.items()
+    ]
+    feature_yaml = datasets.DatasetInfo(features=features)._to_yaml_dict()["features"]
+    return {
+        "pretty_name": "Personalized RewardBench (prb build)",
+        "license": manifest.license,
+        "language": ["en"],
+        "task_categories": ["text-classification"],
+        "tags": ["reward-modeling", "personalization", "preference-pairs"]
+        + (["simulated"] if manifest.simulated else []),
+        "size_categories": ["n<1K" if sum(counts.values()) < 1000 else "1K<n<10K"],
+        "configs": [
+            {"config_name": name, "data_files": [{"split": "test", "path": path}]}
+            | ({"default": True} if name == "all" else {})
+            for name, path, _, _ in configs
+        ],
+        "dataset_info": [
+            {
+                "config_name": name,
+                "features": feature_yaml,
+                "splits": [{"name": "test", "num_bytes": size, "num_examples": n}],
+            }
+            for name, _, n, size in configs
+        ],
+    }
+
+
+def _limitations(manifest: Manifest, smallest: int, total: int) -> list[str]:
+    out = [
+        "The personas are synthetic and curated. Their profile items imply preferences but do "
+        "not cover every preference dimension for every user.",
+        "The automatic judges can share the generator's blind spots. The persona-blind check and "
+        "human annotation reduce that risk but do not remove it.",
+        "Each user has one question and one pair. Results therefore say how a reward model "
+        "treats these users, not how it treats a population.",
+    ]
+    if smallest:
+        noise = round(100 * 1.96 * 0.5 / math.sqrt(smallest))
+        out.append(
+            f"The smallest config has {smallest} pairs, so an accuracy measured on it is "
+            f"uncertain by about ±{noise} points (95% interval at 50% accuracy)."
+        )
+    unlabelled = manifest.stats["verdicts_released"].get("unlabelled", 0)
+    if unlabelled:
+        out.append(
+            f"{unlabelled} of {total} released pairs have no human verdict yet; for those, the "
+            "automatic filters alone decided that `chosen` fits the user better."
+        )
+    if manifest.simulated:
+        out.append(
+            "This build is simulated: its texts are template output and its scores are synthetic."
+        )
+    return out
+
+
+def render_card(
+    manifest: Manifest, about: dict[str, str], features: datasets.Features = FEATURES
+) -> str:
+    """`about`: each funnel row's words, from the stages that made the release."""
+    cfg, stats, counts = manifest.config, manifest.stats, manifest.per_category
+    total = sum(counts.values())
+    required = manifest.annotation.get("required", cfg["annotation"]["required"])
+    fmt = {
+        "seed": manifest.seeds["run"],
+        "per_category": cfg["personas"]["per_category"],
+        "budget": cfg["generation"]["word_budget"],
+        "required": "required" if required else "not required",
+    }
+    funnel_rows, prev = [], None
+    for i, step in enumerate(manifest.funnel, 1):
+        dropped = "" if prev is None else prev - step.count
+        doc = about.get(step.stage, "").format(**fmt)
+        funnel_rows.append([i, f"`{step.stage}`", step.count, dropped, doc])
+        prev = step.count
+    reasons = manifest.drop_reasons
+    docs = {k: v for c in CHECKS for k, v in c.docs.items()}
+    thresholds = [k for k in setting_names() if k in cfg["filters"]]
+    blind = stats["blind_picked"]
+    variables = {
+        "name": manifest.name,
+        "sim_note": (
+            "> **Simulated build.** Every answer and judgement in this release comes from prb's "
+            "bundled deterministic simulator, not from a language model. It demonstrates and tests "
+            "the pipeline; do not use it to rank reward models.\n\n"
+            if manifest.simulated
+            else ""
+        ),
+        "mean_words": stats["mean_words"],
+        "sizes_md": _table(
+            ["config", "pairs (split `test`)"],
+            [["`all` (default)", total]] + [[f"`{c}`", n] for c, n in counts.items()],
+        ),
+        "first_config": next(iter(counts), "all"),
+        "columns_md": _table(
+            ["column", "meaning"], [[f"`{c}`", COLUMN_DOCS.get(c, "")] for c in features]
+        ),
+        "funnel_md": _table(["step", "stage", "count", "dropped", "what happened"], funnel_rows),
+        "reasons_md": _table(["reason", "records"], [[f"`{k}`", v] for k, v in reasons.items()])
+        if reasons
+        else "No record was dropped.",
+        "strategies": ", ".join(f"`{k}` {v}" for k, v in stats["rejected_strategies"].items())
+        or "none",
+        "blind": {k: blind.get(k, 0) for k in ("chosen", "rejected", "none")},
+        "generator": manifest.models["generator"],
+        "judge": manifest.models["judge"],
+        "model_seed": manifest.seeds["model"],
+        "prompts_md": _table(
+            ["task", "version", "file SHA-256 (first 12)"],
+            [
+                [f"`{t}`", p["version"], f"`{p['sha256'][:12]}`"]
+                for t, p in manifest.prompts.items()
+            ],
+        ),
+        "thresholds_md": _table(
+            ["setting", "rule", "value"],
+            [[f"`{k}`", docs.get(k, ""), cfg["filters"][k]] for k in thresholds],
+        ),
+        "required": fmt["required"],
+        "verdicts": ", ".join(f"`{k}` {v}" for k, v in stats["verdicts_released"].items())
+        or "none",
+        "annotation_md": annotation_card(manifest.annotation),
+        "limitations_md": "\n".join(
+            f"- {x}" for x in _limitations(manifest, min(counts.values(), default=0), total)
+        ),
+        "simulated": manifest.simulated,
+        "fingerprint": manifest.config_fingerprint,
+        "license": manifest.license,
+        "source_note": _source_note(cfg["personas"]["source"]),
+    }
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # Markdown, not HTML
+    )
+    body = env.get_template("card.md.j2").render(**variables)
+    return (
+        "---\n"
+        + yaml.safe_dump(card_header(manifest, features), sort_keys=False)
+        + "---\n\n"
+        + body
+    )

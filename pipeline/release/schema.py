@@ -1,0 +1,136 @@
+"""The released split's one schema: its columns, their `datasets` features and card text, where
+its files lie, and how a filtered pair becomes a row. Used by the release stage, the card,
+`prb release verify|diff`, `prb eval` and the tests; nothing else lists columns.
+
+The first eight columns follow the public Personalized RewardBench release; the rest record how
+each row was made. The checks (pipeline/checks/) add their own: `quality` and the sub-fields of
+`pair_checks`, in the checks' order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import datasets
+
+from pipeline.checks import CHECKS
+from pipeline.records import AnnotationRecord, FilterRecord
+
+PUBLIC = ("id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen",
+          "rejected")  # fmt: skip
+PARQUET_GLOB = "*/test-*.parquet"
+
+_S = "string"
+_BEFORE_CHECKS = {  # column -> (dtype names, card text)
+    "id": (_S, "content-derived pair id: hash of persona, question and generation prompt "
+               "versions"),
+    "question": (_S, "the user's question"),
+    "profile": ([{"id": _S, "category": _S, "text": _S}],
+                "the user's own past questions and posts (`id`, `category`, `text`)"),
+    "rubric_aspects": ([{"aspect": _S, "evidence": _S, "reason": _S}],
+                       "what this user would judge an answer by, with `evidence` (profile item "
+                       "ids or a quote) and `reason`"),
+    "narrative": (_S, "a short description of the user's needs, written by the planner"),
+    "category": (_S, "the config this row belongs to"),
+    "chosen": (_S, "the answer that follows every rubric aspect"),
+    "rejected": (_S, "the answer with the same key points that misses the aspects"),
+    "persona_id": (_S, "the persona in prb's library"),
+    "question_id": (_S, "the question in prb's question pools"),
+    "rejected_strategy": (_S, "how `rejected` misses the aspects (e.g. `wrong_tone`)"),
+}  # fmt: skip
+_AFTER_CHECKS = {
+    "annotation": (
+        {"verdict": _S, "n_labels": "int32", "chosen_votes": "int32", "rejected_votes": "int32",
+         "tie_votes": "int32"},
+        "human verdict and vote counts (`unlabelled` if no labels were collected)",
+    ),
+    "generator_model": (_S, "model id that wrote both answers"),
+    "judge_model": (_S, "model id of the automatic judges"),
+    "prompt_versions": ([{"task": _S, "ref": _S}],
+                        "generation prompt files used (`task`, `ref` = version + content hash)"),
+}  # fmt: skip
+
+
+def _feature(spec):
+    """dtype names as `datasets` features: "string", {field: spec}, [element spec]."""
+    if isinstance(spec, str):
+        return datasets.Value(spec)
+    if isinstance(spec, list):
+        return datasets.List(_feature(spec[0]))
+    return {k: _feature(v) for k, v in spec.items()}
+
+
+def _columns() -> dict[str, tuple[object, str]]:
+    cols = dict(_BEFORE_CHECKS)
+    for c in CHECKS:
+        cols |= {name: (dtype, doc) for name, (dtype, doc, _) in c.columns.items()}
+    cols["pair_checks"] = (
+        {k: v for c in CHECKS for k, v in c.features.items()},
+        ", ".join(c.about for c in CHECKS if c.about),
+    )
+    return cols | _AFTER_CHECKS
+
+
+COLUMNS = _columns()
+FEATURES = datasets.Features({name: _feature(dtype) for name, (dtype, _) in COLUMNS.items()})
+COLUMN_DOCS = {name: doc for name, (_, doc) in COLUMNS.items()}
+datasets.disable_progress_bars()
+
+
+def to_row(f: FilterRecord, ann: AnnotationRecord) -> dict:
+    """A kept pair as a release row (every check ran on it)."""
+    p = f.pair
+    row = {
+        "id": p.pair_id,
+        "question": p.task.question,
+        "profile": [i.model_dump() for i in p.task.persona.profile],
+        "rubric_aspects": [a.model_dump() for a in p.rubric_aspects],
+        "narrative": p.narrative,
+        "category": p.task.category,
+        "chosen": p.chosen,
+        "rejected": p.rejected,
+        "persona_id": p.task.persona.persona_id,
+        "question_id": p.task.question_id,
+        "rejected_strategy": p.rejected_strategy,
+    }
+    results = {c.name: c.read(f) for c in CHECKS}
+    for c in CHECKS:
+        row |= {name: value(results[c.name]) for name, (_, _, value) in c.columns.items()}
+    row["pair_checks"] = {k: v for c in CHECKS for k, v in c.released(results[c.name]).items()}
+    return row | {
+        "annotation": ann.model_dump(exclude={"pair_id"}),
+        "generator_model": p.generator_model,
+        "judge_model": f.judge_model,
+        "prompt_versions": [{"task": k, "ref": v} for k, v in sorted(p.prompt_versions.items())],
+    }
+
+
+# --- the folder -------------------------------------------------------------------------------
+
+
+def data_path(category: str) -> str:
+    return f"{category}/test-00000-of-00001.parquet"
+
+
+def jsonl_path(category: str) -> str:
+    """The same rows as JSON Lines, for readers without `datasets`; the card's configs only
+    name the Parquet files, so `load_dataset` never sees these."""
+    return f"{category}/test.jsonl"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_checksums(folder: Path) -> dict[str, str]:
+    """SHA-256 of every file under `folder` except the manifest that lists them."""
+    return {
+        p.relative_to(folder).as_posix(): sha256_file(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }

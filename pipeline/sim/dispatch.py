@@ -1,0 +1,62 @@
+"""Which simulator handler answers a request: the build's tasks (responder), `prb eval`'s
+(rm_judge) and `prb personas expand`'s (persona_writer), by the X-PRB-Task header or, lacking
+it, by the tags in the prompt."""
+
+from __future__ import annotations
+
+from pipeline.sim import persona_writer, responder, rm_judge
+
+HANDLED = {"planner", "content_plan", "chosen", "rejected", "judge_quality", "judge_adherence",
+           "judge_blind", "rm_pointwise", "rm_pairwise", "bon_oracle", "bon_candidate",
+           "persona_expand"}  # fmt: skip
+
+
+def detect_task(header: str | None, t: dict[str, str]) -> str:
+    """The task by its name; a task the simulator does not know by name (a new judge, say) is
+    answered as the known task whose prompt has the same shape (its tags)."""
+    if header in HANDLED:
+        return header
+    if "profile" in t:
+        return "planner"
+    if "answer_a" in t:
+        return "judge_blind"
+    if "avoid_aspects" in t:
+        return "rejected"
+    if "key_points" in t:
+        return "chosen"
+    if "aspects" in t and "answer" in t:
+        return "judge_adherence"
+    if "answer" in t:
+        return "judge_quality"
+    return "content_plan"
+
+
+def respond(
+    task: str | None, messages: list[dict], model: str, seed: int | None, degrade_rate: float = 0.0
+) -> str:
+    """The answer to one chat request. `degrade_rate` turns that fraction of rejected answers
+    (chosen by request hash, so deterministically) into an unhelpful one, for testing filters."""
+    system = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "system")
+    user = "\n".join(m.get("content") or "" for m in messages if m.get("role") != "system")
+    t = responder.tags(user)
+    task = detect_task(task, t)
+    rng = responder.rng_for(task, messages, model, seed)
+    handlers = {
+        "planner": lambda: responder.planner(t, rng),
+        "content_plan": lambda: responder.content_plan(t, rng),
+        "chosen": lambda: responder.chosen(t, system, rng),
+        "rejected": lambda: responder.rejected(t, system, rng),
+        "judge_quality": lambda: responder.judge_quality(t, rng),
+        "judge_adherence": lambda: responder.judge_adherence(t, rng),
+        "judge_blind": lambda: responder.judge_blind(t, rng),
+    }
+    handlers |= {
+        "rm_pointwise": lambda: rm_judge.rm_pointwise(t, rng),
+        "rm_pairwise": lambda: rm_judge.rm_pairwise(t, rng),
+        "bon_oracle": lambda: rm_judge.bon_oracle(t, rng),
+        "bon_candidate": lambda: rm_judge.bon_candidate(t, system, rng),
+    }
+    handlers["persona_expand"] = lambda: persona_writer.persona_expand(t, rng)
+    if task == "rejected" and responder.rng_for("degrade", messages).random() < degrade_rate:
+        return responder.DEGRADED
+    return handlers[task]()

@@ -1,0 +1,170 @@
+"""What a stage is, what it runs with, and the executor the model stages share.
+
+A `Stage` declares its name, input and output record types, how records are identified, the
+prompt tasks it uses and the call names it records, its model role (model stages run
+concurrently over their records, and may run as shards), what a resume may ask again, and its
+row in the funnel with the card's words for it. `run(ctx, previous)` takes the previous stage's
+output (a `store.Records` view of its stage file, or nothing for the first stage) and returns
+its own; what the release needs later (counts, drops, cache keys) goes into the `RunContext`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from pipeline import progress
+from pipeline.records import Dropped
+from pipeline.store import Records, StageFile, dropped_file, settled_ids
+
+if TYPE_CHECKING:
+    from pipeline.cache import ResponseCache
+    from pipeline.config import RunConfig
+    from pipeline.llm import LLM
+
+
+class RunContext:
+    """One build: its settings and model client, and what the stages found out on the way.
+
+    A plain class on purpose: Prefect walks dataclass and pydantic task parameters looking for
+    futures, and this one holds whole stages' worth of results."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        run_dir: Path,
+        llm: LLM | None = None,
+        cache: ResponseCache | None = None,
+        *,
+        shards: int = 0,
+        stages: tuple = (),
+    ):
+        self.cfg, self.run_dir, self.llm, self.cache = cfg, Path(run_dir), llm, cache
+        self.shards = shards  # > 0: model stages run as that many shard tasks (pipeline/shards.py)
+        self.stages = stages  # the registry the flow runs (a stage reads it here, never imports it)
+        self.funnel: dict[str, int] = {}  # funnel row -> records
+        self.lost: dict[str, Counter] = {}  # funnel row -> why records were lost
+        self.examples: dict[str, str] = {}  # drop reason -> an error it came with
+        self.produced: dict[str, set[str]] = {}  # stage -> ids it produced
+        self.keys: dict[str, list[str]] = {}  # stage -> cache keys of the answers it used
+        self.outputs: dict[str, Any] = {}  # stage -> what it handed on
+
+    def __repr__(self) -> str:  # Prefect logs task parameters by repr
+        return f"RunContext({self.cfg.run_id!r}, {self.run_dir})"
+
+
+def _none(_: object) -> bool:
+    return False
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    output: type[BaseModel]
+    run: Callable[[RunContext, Any], Awaitable[Any]]
+    funnel: str  # its row in the funnel (card, manifest, audit)
+    about: str  # the card's words for that row; may use {seed} {per_category} {budget} {required}
+    input: type[BaseModel] | None = None
+    input_id: Callable[[Any], str] | None = None
+    output_id: Callable[[Any], str] | None = None
+    tasks: tuple[str, ...] = ()  # prompt tasks it calls
+    calls: tuple[str, ...] = ()  # names of the calls it records on its records, in order
+    role: str | None = None  # "generator" or "judge": a model stage, billed to that model
+    unsettled: Callable[[Any], bool] = _none  # an output record that a resume asks again
+    samples: dict[str, dict] = field(default_factory=dict)  # task -> variables (preflight)
+    # when it passes nothing on: what to do (may use {run_id}); else the cause's own hint
+    empty_hint: str = ""
+
+    def file(self, run_dir: Path) -> StageFile:
+        return StageFile(run_dir, self.name, self.output)
+
+    def outputs(self, run_dir: Path, inputs: Records) -> Records:
+        """The stage file's latest record for each of `inputs` (a record and its input share
+        an id): read from disk by whoever uses it, so no stage is ever held whole in memory."""
+        wanted = {self.input_id(x) for x in inputs}
+        return Records(self.file(run_dir), self.output_id, wanted)
+
+
+def prompt_tasks(stages: tuple[Stage, ...]) -> tuple[str, ...]:
+    """Every prompt task the stages use (the filters stage's are its checks')."""
+    return tuple(dict.fromkeys(t for s in stages for t in s.tasks))
+
+
+def roles(stages: tuple[Stage, ...]) -> dict[str, str]:
+    """Model stage -> the model role its calls are billed to."""
+    return {s.name: s.role for s in stages if s.role}
+
+
+RECORDS_IN_FLIGHT = 256  # enough to keep llm.py's call semaphore full at any sane concurrency
+
+
+async def process_stage(
+    stage: Stage, inputs: Iterable, run_dir: Path, fn: Callable[[Any], Awaitable[Any]]
+) -> dict[str, int]:
+    """Run async `fn` over the inputs not yet settled, appending each result as it completes.
+
+    `fn` returns an output record or a `Dropped`; either way the record is written down, so a
+    resumed run neither redoes nor loses it (transient failures excepted: they are asked again,
+    and the new line supersedes the old). A permanent error propagates and cancels the rest.
+    """
+    out = stage.file(run_dir)
+    done = settled_ids(stage.name, out, stage.output_id, run_dir, stage.unsettled)
+    shown = progress.stage(stage.name, total=len(inputs) if hasattr(inputs, "__len__") else None)
+
+    def todo(x) -> bool:
+        if stage.input_id(x) in done:
+            shown.before += 1
+            return False
+        return True
+
+    records = (x for x in inputs if todo(x))  # streamed: `inputs` may be Records
+    counts = {"done_before": len(done), "new": 0, "dropped": 0}
+    with out.appender() as append, dropped_file(run_dir).appender() as append_drop:
+
+        async def worker() -> None:
+            for x in records:  # workers share the iterator: each takes the next record
+                result = await fn(x)
+                if isinstance(result, Dropped):
+                    append_drop(result)
+                    counts["dropped"] += 1
+                else:
+                    append(result)
+                    counts["new"] += 1
+                shown.advance(result)
+
+        try:
+            # a bounded pool of workers, not a task per record: a record's pending calls hold
+            # their rendered prompts, so starting them all at once grows memory with the stage
+            async with asyncio.TaskGroup() as tg:
+                for _ in range(RECORDS_IN_FLIGHT):
+                    tg.create_task(worker())
+        except BaseExceptionGroup as group:
+            # the first failure (e.g. a bad key) cancelled the rest: raise it plainly, so the
+            # run stops with its own message rather than a group of identical ones
+            first = group.exceptions[0]
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            raise first from None
+        finally:
+            shown.finish()
+    return counts
+
+
+def model_stage_done(stage: Stage, ctx: RunContext, inputs: Records) -> Records:
+    """A model stage's outputs for `inputs`, noting in one pass the ids it produced, the cache
+    keys of the answers they used (for the manifest's tokens) and its funnel count."""
+    outputs = stage.outputs(ctx.run_dir, inputs)
+    ids: set[str] = set()
+    keys: list[str] = []
+    for r in outputs:
+        ids.add(stage.output_id(r))
+        keys.extend(r.calls.values())
+    ctx.produced[stage.name], ctx.keys[stage.name] = ids, keys
+    ctx.funnel[stage.funnel] = len(ids)
+    return outputs

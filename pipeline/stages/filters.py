@@ -1,0 +1,133 @@
+"""Stage 5 — filters: keep a pair only if both answers are good and only personal fit separates
+them. The checks are pipeline/checks/; every pair is written to filters.jsonl, kept or not, with
+each check's result, every reason and every failed judge call.
+
+Checks run cheapest first: the model-free ones (length ratio, near-duplicates) before any call,
+then one judge check at a time; a pair that a check drops meets no later judge (its checks are
+listed as `skipped`) unless `filters.evaluate_all: true`, the auditing mode that runs every
+check on every pair, its judges at once. A judge call that fails after llm.py's retries drops
+the pair with reason `judge_<kind>`; what did succeed is still recorded. A permanent endpoint
+error (bad key, unknown model) stops the run instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from pipeline.checks import CHECKS, by_cost
+from pipeline.checks import tasks as check_tasks
+from pipeline.errors import is_transient
+from pipeline.llm import CallResult, LLMError, PermanentLLMError
+from pipeline.prompts import load_prompt
+from pipeline.records import FilterRecord, Pair
+from pipeline.stages.base import RunContext, Stage, process_stage
+from pipeline.store import Records
+
+
+def unsettled(record: FilterRecord) -> bool:
+    """A judge call that ran out of retries on a flaky endpoint: judge the pair again."""
+    return any(is_transient(r) for r in record.reasons)
+
+
+async def run(ctx: RunContext, pairs: Records) -> Records:
+    cfg = ctx.cfg.filters
+    prompts = {t: load_prompt(t) for t in check_tasks()}
+    judge = ctx.cfg.model.judge
+    shared = {c.name: c.prepare(pairs, cfg) for c in CHECKS if c.prepare}  # one pass over all
+    # evaluate_all asks every judge at once; otherwise every model-free check first (they cost
+    # nothing), then one judge check at a time, cheapest first (in batch mode all judges in one
+    # round: a round costs a job's turnaround there, and a call saved is not worth a day)
+    free = [c for c in by_cost() if not c.cost]
+    judges = [c for c in by_cost() if c.cost]
+    if cfg.evaluate_all:
+        rounds = [list(CHECKS)]
+    elif ctx.llm.batched:
+        rounds = [free, judges]
+    else:
+        rounds = [free, *([c] for c in judges)]
+
+    async def ask(call) -> CallResult | LLMError:
+        try:
+            return await ctx.llm.call(
+                prompts[call.task], stage=STAGE.name, model=judge, variables=call.variables
+            )
+        except PermanentLLMError:
+            raise
+        except LLMError as e:
+            return e
+
+    async def check(pair: Pair) -> FilterRecord:
+        results: dict = {}  # check name -> its result
+        reasons: dict[str, list[str]] = {}
+        done: dict[str, CallResult] = {}
+        errors: dict[str, LLMError] = {}
+        skipped: list[str] = []
+        for group in rounds:
+            if (any(reasons.values()) or errors) and not cfg.evaluate_all:  # dropped already
+                skipped += [c.name for c in group]
+                continue
+            planned = [(c, call) for c in group for call in c.calls(pair)]
+            answers = await asyncio.gather(*(ask(call) for _, call in planned))
+            for (_, call), answer in zip(planned, answers, strict=True):
+                if isinstance(answer, LLMError):
+                    errors[call.name] = answer
+                else:
+                    done[call.name] = answer
+            for c in group:
+                result = c.measure(pair, done, shared.get(c.name))
+                if result is not None:
+                    results[c.name] = result
+                    reasons[c.name] = c.decide(result, cfg)
+        # reasons and flags in the checks' own order, whatever order they ran in
+        ordered = [r for c in CHECKS for r in reasons.get(c.name, ())]
+        ordered += sorted({f"judge_{e.kind}" for e in errors.values()})
+        return FilterRecord(
+            pair=pair,
+            checks={
+                c.name: results[c.name].model_dump(mode="json") for c in CHECKS if c.name in results
+            },  # fmt: skip
+            judge_model=judge,
+            kept=not ordered,
+            reasons=ordered,
+            flags=[f for c in CHECKS if c.name in results for f in c.flags(results[c.name])],
+            errors={name: f"{e.kind}: {e.detail}" for name, e in errors.items()},
+            calls={name: r.key for name, r in done.items()},
+            skipped=skipped,
+        )
+
+    await process_stage(STAGE, pairs, ctx.run_dir, check)
+    out = STAGE.outputs(ctx.run_dir, pairs)
+    kept, lost, keys, ids = 0, Counter(), [], set()
+    for f in out:
+        ids.add(f.pair.pair_id)
+        keys.extend(f.calls.values())
+        kept += f.kept
+        lost.update(f.reasons)
+        for reason in f.reasons if f.errors else ():  # an error behind a judge_* reason
+            ctx.examples.setdefault(reason, next(iter(f.errors.values())))
+    ctx.produced[STAGE.name], ctx.keys[STAGE.name] = ids, keys
+    ctx.funnel[STAGE.funnel], ctx.lost[STAGE.funnel] = kept, lost
+    return out
+
+
+def _check_samples() -> dict[str, dict]:
+    return {task: v for c in CHECKS for task, v in c.samples.items()}
+
+
+STAGE = Stage(
+    name="filters",
+    input=Pair,
+    input_id=lambda p: p.pair_id,
+    output=FilterRecord,
+    output_id=lambda r: r.pair.pair_id,
+    run=run,
+    role="judge",
+    unsettled=unsettled,
+    tasks=check_tasks(),
+    calls=tuple(name for c in CHECKS for name in c.call_names),
+    samples=_check_samples(),
+    funnel="filters_kept",
+    about="pairs that passed every automatic check (thresholds below)",
+    empty_hint="see `prb audit {run_id}`, and the thresholds under `filters:` in the config",
+)

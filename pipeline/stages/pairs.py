@@ -1,0 +1,101 @@
+"""Stage 4 — pairs: one shared content plan, then a chosen answer that follows every aspect and
+a rejected answer with the same key points and word budget that misses them by a named strategy
+(the `strategies:` table of prompts/rejected.yaml). Equal general quality comes from the shared
+plan; the filters stage checks it held."""
+
+from __future__ import annotations
+
+from pipeline.llm import LLMError
+from pipeline.prompts import load_prompt
+from pipeline.records import Dropped, Pair, RubricRecord, pair_id, stable_id
+from pipeline.stages.base import RunContext, Stage, model_stage_done, process_stage
+from pipeline.store import Records
+
+TASKS = ("content_plan", "chosen", "rejected")
+
+
+def pick_strategy(task_id: str, strategies: list[str], seed: int) -> str:
+    """Seeded and per task, so adding tasks never reshuffles the strategies of existing ones."""
+    return strategies[int(stable_id(seed, task_id), 16) % len(strategies)]
+
+
+def strategies(cfg, prompt) -> list[str]:
+    """The configured strategies, or every strategy the rejected prompt defines."""
+    return cfg.generation.strategies or list(prompt.extra["strategies"])
+
+
+async def run(ctx: RunContext, rubrics: Records) -> Records:
+    prompts = {t: load_prompt(t) for t in TASKS}
+    versions = {t: p.ref for t, p in prompts.items()}
+    instructions = prompts["rejected"].extra["strategies"]
+    names = strategies(ctx.cfg, prompts["rejected"])
+    model = ctx.cfg.model.generator
+    budget = ctx.cfg.generation.word_budget
+
+    async def generate(rec: RubricRecord) -> Pair | Dropped:
+        task = rec.task
+        aspects = [a.model_dump() for a in rec.rubric_aspects]
+        strategy = pick_strategy(task.task_id, names, ctx.cfg.seed)
+        profile = [i.model_dump() for i in task.persona.profile]
+        pid = pair_id(task.persona.persona_id, task.question, profile, versions)
+
+        async def ask(name: str, **variables):
+            return await ctx.llm.call(prompts[name], stage=STAGE.name, model=model,
+                                      variables=variables)  # fmt: skip
+
+        try:
+            plan = await ask("content_plan", question=task.question)
+            common = {"question": task.question, "key_points": plan.value.key_points,
+                      "aspects": aspects, "word_budget": budget}  # fmt: skip
+            chosen = await ask("chosen", **common)
+            rejected = await ask("rejected", **common, strategy=strategy,
+                                 strategy_instruction=instructions[strategy])  # fmt: skip
+        except LLMError as e:  # a PermanentLLMError is not one: the run stops
+            return Dropped(
+                stage=STAGE.name, id=task.task_id, reason=f"generator_{e.kind}", detail=e.detail
+            )
+        return Pair(
+            pair_id=pid,
+            task=task,
+            rubric_aspects=rec.rubric_aspects,
+            narrative=rec.narrative,
+            key_points=plan.value.key_points,
+            chosen=chosen.value,
+            rejected=rejected.value,
+            rejected_strategy=strategy,
+            generator_model=model,
+            prompt_versions=versions,
+            calls={"content_plan": plan.key, "chosen": chosen.key, "rejected": rejected.key},
+        )
+
+    await process_stage(STAGE, rubrics, ctx.run_dir, generate)
+    return model_stage_done(STAGE, ctx, rubrics)
+
+
+_ASPECTS = [{"aspect": "An aspect", "evidence": "[p1] 'sample'", "reason": "A reason."}]
+_COMMON = {"question": "A question?", "key_points": ["A point."], "aspects": _ASPECTS,
+           "word_budget": 100}  # fmt: skip
+
+STAGE = Stage(
+    name="pairs",
+    input=RubricRecord,
+    input_id=lambda r: r.task.task_id,
+    output=Pair,
+    output_id=lambda p: p.task.task_id,
+    run=run,
+    role="generator",
+    tasks=TASKS,
+    calls=TASKS,
+    samples={
+        "content_plan": {"question": "A question?"},
+        "chosen": _COMMON,
+        "rejected": {
+            **_COMMON,
+            "strategy": "ignore_aspects",
+            "strategy_instruction": "An instruction.",
+        },
+    },  # fmt: skip
+    funnel="pairs",
+    about="a content plan shared by both answers, then `chosen` (follows every aspect) and "
+    "`rejected` (same key points, one named strategy that misses them), each ≤ {budget} words",
+)

@@ -1,0 +1,228 @@
+"""Stage 7 — release: one Parquet (plus a JSONL copy) per category config, split `test`, a
+dataset card and a manifest. Same inputs and cache give byte-identical files: rows are sorted by
+id and nothing time-, host- or endpoint-dependent goes into them. The only run-dependent field is
+`run_id` in manifest.json, so two run ids over the same inputs differ in that one field and in
+nothing else. The folder is built aside and renamed into place. A build that would release no
+pair stops instead (exit 5), saying where every record was lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from datasets.arrow_writer import ParquetWriter
+
+from pipeline import cost
+from pipeline.annotation.verdicts import manifest_block, releasable
+from pipeline.cache import ResponseCache
+from pipeline.errors import DiskFullError, NothingReleased, is_disk_full
+from pipeline.prompts import load_prompt
+from pipeline.records import AnnotationRecord
+from pipeline.release import manifest as mf
+from pipeline.release.card import render_card
+from pipeline.release.schema import FEATURES, data_path, file_checksums, jsonl_path, to_row
+from pipeline.stages.base import RunContext, Stage, prompt_tasks, roles
+from pipeline.store import Records, current_drops
+
+ROWS_PER_BATCH = 1000  # rows per Arrow batch and Parquet row group: bounds the writer's memory
+
+
+def write_jsonl(parquet: Path, path: Path) -> None:
+    """The Parquet file's rows as JSON Lines, batch by batch: key order follows FEATURES and
+    Python's float repr round-trips, so the text is as stable as the Parquet."""
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for batch in pq.ParquetFile(parquet).iter_batches(batch_size=ROWS_PER_BATCH):
+            for row in batch.to_pylist():
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def write_category(rows: Iterable[dict], folder: Path, category: str) -> tuple[int, int]:
+    """One category's rows (already in order) streamed into its Parquet file through
+    `datasets`' own ParquetWriter (Hugging Face features in the schema metadata), then the
+    JSONL copy; returns (rows, in-memory Arrow bytes)."""
+    path = folder / data_path(category)
+    path.parent.mkdir(parents=True)
+    with ParquetWriter(
+        path=str(path), features=FEATURES, writer_batch_size=ROWS_PER_BATCH
+    ) as writer:
+        for row in rows:
+            writer.write(row)
+        n, num_bytes = writer.finalize()
+    write_jsonl(path, folder / jsonl_path(category))
+    return n, num_bytes
+
+
+def token_usage(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> dict[str, dict]:
+    """Tokens of the answers the run used, per stage, read from the cache so that a resumed or
+    repeated run reports the same figures as an uninterrupted one."""
+    out = {}
+    for stage, keys in keys_by_stage.items():
+        prompt = completion = 0
+        for key in keys:
+            entry = cache.get(key)
+            if entry:
+                prompt += entry[1].get("prompt_tokens", 0) or 0
+                completion += entry[1].get("completion_tokens", 0) or 0
+        out[stage] = {"calls": len(keys), "prompt_tokens": prompt, "completion_tokens": completion}
+    return out
+
+
+class ReleaseStats:
+    """Figures about the released rows that the card reports (all derived, all deterministic),
+    counted row by row as the rows stream past."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.words = {"chosen": 0, "rejected": 0}
+        self.strategies: Counter[str] = Counter()
+        self.blind: Counter[str] = Counter()
+        self.verdicts: Counter[str] = Counter()
+
+    def add(self, row: dict) -> dict:
+        self.n += 1
+        for col in self.words:
+            self.words[col] += len(row[col].split())
+        self.strategies[row["rejected_strategy"]] += 1
+        self.blind[row["pair_checks"]["blind_picked"]] += 1
+        self.verdicts[row["annotation"]["verdict"]] += 1
+        return row
+
+    def summary(self) -> dict:
+        return {
+            "rejected_strategies": dict(sorted(self.strategies.items())),
+            "mean_words": {
+                c: round(w / self.n, 1) if self.n else 0.0 for c, w in self.words.items()
+            },
+            "blind_picked": dict(sorted(self.blind.items())),
+            "verdicts_released": dict(sorted(self.verdicts.items())),
+        }
+
+
+HINTS = {  # what to do about the usual cause of a stage losing every record
+    "endpoint_error": "is the endpoint up? Rerun the same command to resume once it is",
+    "unparseable": "the model's answers did not parse: check the model and its output mode",
+    "bad_request": "the endpoint rejected the requests: check the model name and its limits",
+    "content_filter": "the provider's content filter refused every answer",
+    "ungrounded": "no plan cited the profile: check the planner model and prompt",
+}
+
+
+def why_nothing(ctx: RunContext, drops) -> str:
+    """One line: the stage where the last records were lost, the main reason with an example,
+    and what to do."""
+    rows = [(s, ctx.funnel[s.funnel]) for s in ctx.stages if s.funnel in ctx.funnel]
+    for (_, n_before), (stage, n) in zip(rows, rows[1:], strict=False):
+        if n_before and not n:
+            lost = ctx.lost.get(stage.funnel) or Counter()
+            top = lost.most_common(1)[0][0] if lost else ""
+            shown = ", ".join(f"{r} {k}" for r, k in lost.most_common(3))
+            example = next((d.detail for d in drops if d.stage == stage.name and d.reason == top),
+                           ctx.examples.get(top, ""))  # fmt: skip
+            hint = next((h for k, h in HINTS.items() if top.endswith(k)), None)
+            hint = hint or stage.empty_hint.format(run_id=ctx.cfg.run_id) or "see `prb audit`"
+            detail = f" ({shown}{'; e.g. ' + example if example else ''})" if lost else ""
+            return (
+                f"0 pairs released: the {stage.name} stage passed on none of its {n_before} "
+                f"records{detail}: {hint}"
+            )
+    return "0 pairs released: the persona source gave no user: check `personas:` in the config"
+
+
+async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
+    cfg, run_dir = ctx.cfg, ctx.run_dir
+    filtered: Records = ctx.outputs["filters"]
+    drops = current_drops(run_dir, ctx.produced)
+    for s in ctx.stages:  # the records each stage dropped (the filters count their own)
+        if s.funnel not in ctx.lost and any(d.stage == s.name for d in drops):
+            ctx.lost[s.funnel] = Counter(d.reason for d in drops if d.stage == s.name)
+    reasons = Counter(d.reason for d in drops) + ctx.lost.get("filters_kept", Counter())
+    mf.write_funnel(run_dir, ctx.funnel, ctx.lost)  # the flow's own write comes only after
+    if not ctx.funnel.get("annotation_passed"):  # a release of nothing is no release
+        raise NothingReleased(why_nothing(ctx, drops))
+    verdicts = {a.pair_id: a for a in annotations}
+    # pass 1 orders the releasable pairs by (category, id) and keeps only their file offsets;
+    # pass 2 reads them back one by one into the writer: no stage is held in memory
+    order: dict[str, list[tuple[str, int]]] = {}
+    for offset, f in filtered.items():
+        pid = f.pair.pair_id
+        if f.kept and pid in verdicts and releasable(cfg, verdicts[pid]):
+            order.setdefault(f.pair.task.category, []).append((pid, offset))
+    stats = ReleaseStats()
+    final = run_dir / "release"
+    tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".release-"))
+    tmp.chmod(0o755)  # mkdtemp makes 0700; the release is meant to be shared
+    try:
+        counts: dict[str, int] = {}
+        arrow_bytes: dict[str, int] = {}  # the Hub's `num_bytes`: in-memory Arrow size
+        for category in cfg.personas.categories or sorted(order):
+            if not order.get(category):
+                continue
+            offsets = [offset for _, offset in sorted(order[category])]
+            rows = (
+                stats.add(to_row(f, verdicts[f.pair.pair_id]))
+                for f in filtered.file.read_at(offsets)
+            )
+            counts[category], arrow_bytes[category] = write_category(rows, tmp, category)
+        ctx.funnel[STAGE.funnel] = stats.n
+        config = cfg.recorded()
+        manifest = mf.Manifest(
+            format_version=mf.FORMAT_VERSION,
+            name=cfg.release.name,
+            run_id=cfg.run_id,
+            simulated=cfg.simulated,
+            license=cfg.release.license,
+            config_fingerprint=hashlib.sha256(
+                json.dumps(config, sort_keys=True).encode()
+            ).hexdigest()[:16],
+            config=config,
+            seeds={"run": cfg.seed, "model": cfg.model.seed, "annotation": cfg.annotation.seed},
+            models={"generator": cfg.model.generator, "judge": cfg.model.judge},
+            prompts={
+                t: {"version": p.version, "sha256": p.sha256, "ref": p.ref}
+                for t, p in sorted((t, load_prompt(t)) for t in prompt_tasks(ctx.stages))
+            },
+            packages=mf.versions(),
+            funnel=mf.funnel(ctx.funnel),
+            drop_reasons=dict(sorted(reasons.items())),
+            per_category=counts,
+            num_bytes=arrow_bytes,
+            stats=stats.summary(),
+            annotation=manifest_block(cfg, run_dir, annotations),
+            tokens=token_usage(ctx.cache, ctx.keys),
+            cost=cost.summary(cfg, ctx.cache, ctx.keys, stats.n, roles(ctx.stages)),
+        )
+        about = {s.funnel: s.about for s in ctx.stages}
+        (tmp / "README.md").write_text(render_card(manifest, about), encoding="utf-8")
+        manifest.files = file_checksums(tmp)
+        (tmp / "manifest.json").write_text(manifest.dumps(), encoding="utf-8")
+        # the old release moves aside before the new one moves in: a crash in between leaves
+        # one complete release on disk, never a half-written one
+        old = run_dir / ".release-old"
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    except OSError as e:  # Arrow's write errors often carry no file name: name the folder
+        if is_disk_full(e):
+            raise DiskFullError(tmp) from None
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+STAGE = Stage(
+    name="release",
+    output=AnnotationRecord,  # it writes a release folder, not a stage file
+    run=run,
+    funnel="released",
+    about="rows in this release",
+)

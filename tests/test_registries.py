@@ -1,0 +1,461 @@
+"""The shape of the code (issue 15): stages, checks, persona sources and reward models are
+registries that every consumer reads, so a change is a module (and a line) rather than a hunt.
+
+The change scenarios run on a copy of the tree: each adds what it adds, in the files named, and
+one real build (simulator, Prefect, Parquet) plus `prb eval` and `prb audit` on it show every
+registration picked up everywhere it should be.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import yaml
+from conftest import REPO, build, write_config
+from test_crash import prefect_env
+
+PIPELINE = REPO / "pipeline"
+
+
+# --- the import graph ---------------------------------------------------------------------------
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PIPELINE.rglob("*.py"):
+        name = ".".join(p.relative_to(REPO).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = p
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]):
+    """(imported pipeline module, imported names) of one module, function-level imports included
+    and TYPE_CHECKING blocks left out (they never run)."""
+    tree = ast.parse(path.read_text())
+    skip = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for b in node.body
+        for n in ast.walk(b)
+    }
+    for node in ast.walk(tree):
+        if id(node) in skip or not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.Import):
+            targets = [(a.name, []) for a in node.names]
+        else:
+            base = node.module or ""
+            if node.level:  # relative import
+                parts = name.split(".")
+                keep = len(parts) - node.level + (path.name == "__init__.py")
+                base = ".".join(parts[:keep] + ([base] if base else []))
+            targets = [
+                (f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base, [a.name])
+                for a in node.names
+            ]
+        for target, names in targets:
+            while target not in modules and "." in target:
+                target = target.rsplit(".", 1)[0]
+            if target in modules and target != name:
+                yield target, names
+
+
+def test_no_import_cycles_and_no_private_names_across_modules():
+    modules = _modules()
+    graph = {m: set() for m in modules}
+    private = []
+    for m, path in modules.items():
+        for target, names in _imports(m, path, modules):
+            graph[m].add(target)
+            private += [(m, target, n) for n in names if n.startswith("_")]
+    assert not private, private
+
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in graph[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    cycles = sorted(m for m in modules if m in reach(m))
+    assert not cycles, f"modules on an import cycle: {cycles}"
+
+
+def test_no_stage_imports_another_stage_and_no_list_of_them_elsewhere():
+    modules = _modules()
+    stage_modules = {m for m in modules if m.startswith("pipeline.stages.")} - {
+        "pipeline.stages.base"
+    }
+    for m in stage_modules:
+        imported = {t for t, _ in _imports(m, modules[m], modules)}
+        assert not imported & (stage_modules - {m}), m
+    # `git grep`: the stage names in one tuple and the checks' in none, outside the registries
+    names = ["personas", "questions", "rubrics", "pairs", "filters", "annotation", "release"]
+    for path in PIPELINE.rglob("*.py"):
+        text = path.read_text()
+        if path.relative_to(PIPELINE).as_posix() == "stages/__init__.py":
+            continue
+        for a, b, c in zip(names, names[1:], names[2:], strict=False):
+            assert f'"{a}", "{b}", "{c}"' not in text, f"{path} lists stages"
+        assert '"quality", "adherence"' not in text and "quality.CHECK," not in text, path
+
+
+def test_every_derived_view_agrees_with_the_registries():
+    from pipeline.checks import CHECKS, FilterConfig, setting_names
+    from pipeline.release.schema import FEATURES
+    from pipeline.stages import STAGES, build_tasks, call_order, prompt_samples
+
+    settings = [n for c in CHECKS for n in c.settings.model_fields]
+    assert sorted(setting_names()) == sorted(settings)
+    assert list(FilterConfig.model_fields) == [*setting_names(), "evaluate_all"]
+    assert list(FEATURES["pair_checks"]) == [k for c in CHECKS for k in c.features]
+    assert set(build_tasks()) == {t for s in STAGES for t in s.tasks}
+    assert {t for c in CHECKS for t in c.tasks} <= set(build_tasks())
+    assert set(prompt_samples()) == set(build_tasks())  # preflight renders every build prompt
+    assert [n for c in CHECKS for n in c.call_names] == call_order()[-6:]
+    assert [c.cost for c in sorted(CHECKS, key=lambda c: c.cost)][0] == 0
+
+
+# --- five change scenarios, on a copy of the tree ----------------------------------------------
+
+STAGE_MODULE = '''"""Added by a test: passes on every task with a question, in a funnel row."""
+
+from pipeline.records import Task
+from pipeline.stages.base import RunContext, Stage
+from pipeline.store import Records
+
+
+async def run(ctx: RunContext, tasks: Records) -> Records:
+    STAGE.file(ctx.run_dir).write_all(t for t in tasks if t.question.strip())
+    records = Records(STAGE.file(ctx.run_dir), STAGE.output_id)
+    ctx.funnel[STAGE.funnel] = len(records)
+    return records
+
+
+STAGE = Stage(name="question_gate", input=Task, input_id=lambda t: t.task_id, output=Task,
+              output_id=lambda t: t.task_id, run=run, funnel="questions_gated",
+              about="tasks whose question is not empty")
+'''
+CHECK_MODULE = '''"""Added by a test: which answer a judge finds politer, in both orders."""
+
+from pipeline.checks.base import Call, Check
+from pipeline.records import Record
+
+
+class Settings(Record):
+    drop_politeness_gap: bool = False
+
+
+class Result(Record):
+    ab: str
+    ba: str
+
+
+def calls(pair):
+    q = pair.task.question
+    return [Call("politeness_ab", "judge_politeness",
+                 {"question": q, "answer_a": pair.chosen, "answer_b": pair.rejected}),
+            Call("politeness_ba", "judge_politeness",
+                 {"question": q, "answer_a": pair.rejected, "answer_b": pair.chosen})]
+
+
+def measure(pair, done, _):
+    if {"politeness_ab", "politeness_ba"} <= set(done):
+        return Result(ab=done["politeness_ab"].value.choice, ba=done["politeness_ba"].value.choice)
+    return None
+
+
+CHECK = Check(
+    name="politeness", order=70, cost=2, tasks=("judge_politeness",),
+    samples={"judge_politeness": {"question": "Q?", "answer_a": "A.", "answer_b": "B."}},
+    settings=Settings, result=Result, calls=calls,
+    call_names=("politeness_ab", "politeness_ba"), measure=measure,
+    decide=lambda r, s: ["politeness_gap"] if s.drop_politeness_gap and r.ab != r.ba else [],
+    about="politeness verdicts in both orders",
+    docs={"drop_politeness_gap": "drop pairs whose answers differ in politeness:"},
+    features={"politeness_ab": "string", "politeness_ba": "string"},
+    released=lambda r: {"politeness_ab": r.ab, "politeness_ba": r.ba},
+)
+'''
+CHECK_PROMPT = {
+    "task": "judge_politeness",
+    "version": 1,
+    "description": "Added by a test: which answer is politer.",
+    "output": "BlindOutput",
+    "params": {"temperature": 0.0, "max_tokens": 100},
+    "system": "Pick the politer answer, or tie. Answer with JSON matching {{ output_schema }}",
+    "user": "<question>{{ question }}</question>\n<answer_a>{{ answer_a }}</answer_a>\n"
+    "<answer_b>{{ answer_b }}</answer_b>",
+}
+SOURCE_CLASS = '''
+
+class CsvSource(FileSource):
+    """Added by a test: users from `csv:PATH` (user_id, category, question, posts split by ||)."""
+
+    name = "csv"
+
+    def matches(self, spec: str) -> bool:
+        return spec.startswith("csv:")
+
+    def _load(self, cfg):
+        import csv
+
+        from pipeline.records import ProfileItem
+
+        personas, questions = [], []
+        with open(resolve_path(cfg.source[4:]), newline="", encoding="utf-8") as f:
+            for row in csv.DictReader(f):
+                uid, cat = row["user_id"], row["category"]
+                posts = [p.strip() for p in row["posts"].split("||")]
+                profile = [ProfileItem(id=f"{uid}-p{i}", category=cat, text=t)
+                           for i, t in enumerate(posts, 1)]
+                personas.append(Persona(persona_id=uid, category=cat, profile=profile,
+                                        source="csv"))
+                questions.append(Question(question_id=f"q-{uid}", category=cat,
+                                          question=row["question"], asked_by=[uid]))
+        return personas, questions
+
+    def digests(self, cfg):
+        path = resolve_path(cfg.source[4:])
+        return {str(path): file_digest(path)}
+'''
+REWARD_MODULE = '''"""Added by a test: the shorter answer wins."""
+
+from dataclasses import dataclass
+
+from pipeline.eval.rewards import RewardModel
+
+
+@dataclass
+class ShortestRM(RewardModel):
+    batched = True
+
+    async def score_many(self, queries):
+        return [-float(len(q.response.split())) for q in queries]
+'''
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert text.count(old) == 1, f"{path}: {old!r}"
+    path.write_text(text.replace(old, new))
+
+
+def test_five_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
+    tree = tmp_path / "prb"
+    for part in ("pipeline", "prompts", "personas"):
+        shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    touched: dict[str, set[str]] = {}
+
+    def write(scenario: str, rel: str, text: str | None = None, edit: tuple | None = None):
+        touched.setdefault(scenario, set()).add(rel)
+        if edit:
+            _edit(tree / rel, *edit)
+        else:
+            (tree / rel).write_text(text)
+
+    # a stage: its module and its line in the ordered registry
+    write("stage", "pipeline/stages/question_gate.py", STAGE_MODULE)
+    write(
+        "stage",
+        "pipeline/stages/__init__.py",
+        edit=("    questions.STAGE,\n", "    questions.STAGE,\n    question_gate.STAGE,\n"),
+    )
+    write(
+        "stage",
+        "pipeline/stages/__init__.py",
+        edit=(
+            "from pipeline.stages import annotation,",
+            "from pipeline.stages import question_gate\nfrom pipeline.stages import annotation,",
+        ),
+    )
+    # a judge check: its module (found by itself) and its prompt file
+    write("check", "pipeline/checks/politeness.py", CHECK_MODULE)
+    write("check", "prompts/judge_politeness.yaml", yaml.safe_dump(CHECK_PROMPT, sort_keys=False))
+    # a rejected strategy: its entry in the rejected prompt's table
+    write(
+        "strategy",
+        "prompts/rejected.yaml",
+        edit=(
+            "  wrong_tone: >\n",
+            "  wrong_depth: >\n    Answer at the opposite depth from the one the aspects ask for.\n"
+            "  wrong_tone: >\n",
+        ),
+    )
+    # a persona source: a class and its place in the sources' registry, in one module
+    write(
+        "source",
+        "pipeline/personas/sources.py",
+        edit=(
+            "\n\nSOURCES = (LibrarySource(), HubSource(), FileSource())",
+            SOURCE_CLASS
+            + "\n\nSOURCES = (LibrarySource(), HubSource(), CsvSource(), FileSource())",
+        ),
+    )
+    # a reward model: its adapter and its line in the kinds table
+    write("reward model", "pipeline/eval/shortest.py", REWARD_MODULE)
+    write(
+        "reward model",
+        "pipeline/eval/models.py",
+        edit=(
+            "\n)  # fmt: skip",
+            '\n    Kind("shortest", "shorter answer wins", "pipeline.eval.shortest:ShortestRM"),'
+            "\n)  # fmt: skip",
+        ),
+    )
+    for scenario, files in touched.items():  # plus this test: at most three files each
+        assert len(files) + 1 <= 3, (scenario, files)
+
+    users = tmp_path / "users.csv"
+    with users.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["user_id", "category", "question", "posts"])
+        for i, cat in enumerate(["Arts", "Home", "Civic"] * 2):
+            w.writerow([f"u{i}", cat, f"How do I get better at thing number {i}?",
+                        "I am new to this and on a tight budget. || I only have ten minutes "
+                        "a day. || Please keep it short, no fluff."])  # fmt: skip
+    config = write_config(
+        tmp_path, sim_url, run_id="changed",
+        personas={"source": f"csv:{users}", "per_category": 2},
+        generation={"word_budget": 100, "strategies": ["wrong_depth"]},
+        filters={"drop_politeness_gap": False},
+    )  # fmt: skip
+    data = yaml.safe_load(config.read_text())
+    data["personas"].pop("categories", None)  # from the data: Arts, Civic, Home
+    config.write_text(yaml.safe_dump(data))
+    env = prefect_env(PYTHONPATH=str(tree))
+
+    def prb(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=tree, env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    built = prb("build", "--config", str(config))
+    assert built.returncode == 0, built.stderr[-3000:]
+    run_dir, release = tmp_path / "outputs" / "changed", tmp_path / "outputs/changed/release"
+    manifest = json.loads((release / "manifest.json").read_text())
+    card = (release / "README.md").read_text()
+    rows = [r for p in sorted(release.glob("*/*.parquet")) for r in pq.read_table(p).to_pylist()]
+    fingerprint = json.loads((run_dir / "fingerprint.json").read_text())["inputs"]
+    audited = prb("audit", str(run_dir))
+    assert audited.returncode == 0, audited.stderr[-2000:]
+
+    # the stage: run in its place, in the funnel, the card and the audit
+    assert len((run_dir / "question_gate.jsonl").read_text().splitlines()) == 6
+    assert [f["stage"] for f in manifest["funnel"]][:3] == ["personas", "questions",
+                                                            "questions_gated"]  # fmt: skip
+    assert "`questions_gated`" in card and "tasks whose question is not empty" in card
+    assert "questions_gated" in audited.stdout
+    # the check: its calls made, recorded, released, documented, fingerprinted
+    records = [json.loads(x) for x in (run_dir / "filters.jsonl").read_text().splitlines()]
+    assert any("politeness" in r["checks"] for r in records)
+    assert {"politeness_ab", "politeness_ba"} <= set(rows[0]["pair_checks"])
+    assert "`drop_politeness_gap`" in card and "politeness verdicts in both orders" in card
+    assert "judge_politeness" in manifest["prompts"] and "prompts.judge_politeness" in fingerprint
+    assert manifest["config"]["filters"]["drop_politeness_gap"] is False
+    # the strategy: used, released, counted on the card
+    assert {r["rejected_strategy"] for r in rows} == {"wrong_depth"} and "`wrong_depth`" in card
+    # the source: its users, its categories (from the data) and its file in the fingerprint
+    assert sorted(manifest["per_category"]) == ["Arts", "Civic", "Home"]
+    assert {r["persona_id"] for r in rows} <= {f"u{i}" for i in range(6)}
+    assert any(k.endswith("users.csv") for k in fingerprint)
+    # the reward model: on the leaderboard beside the baselines
+    evaluated = prb("eval", str(release), "--config", str(config), "--rm", "shortest",
+                    "--rm", "length")  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    board = (release.parent / "eval" / "leaderboard.csv").read_text()
+    assert "shortest/profile" in board and "length/profile" in board
+    shown = " ".join(prb("eval", "--help").stdout.replace("│", " ").split())  # unwrap rich's box
+    assert "shortest: shorter answer wins" in shown
+
+
+# --- categories come from the data ------------------------------------------------------------
+
+
+def test_a_fourth_category_builds_releases_and_shows_everywhere(tmp_path, sim_url):
+    lib, qs = tmp_path / "library", tmp_path / "questions"
+    shutil.copytree(REPO / "personas" / "library", lib)
+    shutil.copytree(REPO / "personas" / "questions", qs)
+    base = [json.loads(x) for x in (lib / "art_and_entertainment.jsonl").read_text().splitlines()]
+    new = []
+    for i, p in enumerate(base[:3], 1):
+        pid = f"st-{i:03d}"
+        profile = [{**item, "id": item["id"].replace(p["persona_id"], pid),
+                    "category": "Science_and_Technology"} for item in p["profile"]]  # fmt: skip
+        new.append({**p, "persona_id": pid, "category": "Science_and_Technology",
+                    "profile": profile})  # fmt: skip
+    (lib / "science_and_technology.jsonl").write_text("".join(json.dumps(p) + "\n" for p in new))
+    questions = [{"question_id": f"st-q{i}", "category": "Science_and_Technology",
+                  "question": f"How should I start learning electronics project {i}?"}
+                 for i in range(4)]  # fmt: skip
+    (qs / "science_and_technology.jsonl").write_text(
+        "".join(json.dumps(q) + "\n" for q in questions)
+    )
+    config = write_config(tmp_path, sim_url, personas={"library": [str(lib)],
+                                                       "questions": [str(qs)],
+                                                       "per_category": 2})  # fmt: skip
+    data = yaml.safe_load(config.read_text())
+    data["personas"].pop("categories")  # every category of the source
+    config.write_text(yaml.safe_dump(data))
+    result = build(config)
+    release = Path(result["release_dir"])
+    manifest = json.loads((release / "manifest.json").read_text())
+    assert "Science_and_Technology" in manifest["per_category"]
+    assert (release / "Science_and_Technology" / "test-00000-of-00001.parquet").exists()
+    card = (release / "README.md").read_text()
+    assert "config_name: Science_and_Technology" in card and "`Science_and_Technology`" in card
+    from pipeline.audit import write_report
+    from pipeline.release.publish import verify
+
+    assert verify(release) == []
+    report = json.loads((write_report(Path(result["run_dir"])) / "audit.json").read_text())
+    assert "Science_and_Technology" in {row["category"] for row in report["by_category"]}
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "eval", str(release), "--rm", "length"],
+        capture_output=True, text=True, timeout=120, env=prefect_env(),
+    )  # fmt: skip
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "acc_Science_and_Technology" in (release.parent / "eval" / "leaderboard.csv").read_text()
+
+
+# --- cheap checks first ------------------------------------------------------------------------
+
+
+def test_cheap_checks_first_release_the_same_pairs_for_fewer_judge_calls(tmp_path, sim_factory):
+    """On a degraded simulator many rejected answers are short and unhelpful: the length check
+    drops them before any judge is asked. The released rows are those of the auditing mode."""
+    from pipeline.sim.responder import DEGRADED
+
+    url = sim_factory(degrade_rate=0.5)
+    results = {}
+    for mode, evaluate_all in (("audit", True), ("cheap", False)):
+        config = write_config(tmp_path / mode, url, personas={"per_category": 3},
+                              filters={"evaluate_all": evaluate_all})  # fmt: skip
+        results[mode] = build(config)
+    audit, cheap = results["audit"], results["cheap"]
+
+    def data(result: dict) -> dict[str, bytes]:
+        release = Path(result["release_dir"])
+        files = [p for p in sorted(release.glob("*/*")) if p.suffix in (".parquet", ".jsonl")]
+        return {p.relative_to(release).as_posix(): p.read_bytes() for p in files}
+
+    assert data(cheap) == data(audit) and cheap["funnel"] == audit["funnel"]
+    calls = {m: r["usage"]["filters"]["calls"] for m, r in results.items()}
+    assert calls["cheap"] < calls["audit"], calls
+    records = [json.loads(x) for x in
+               (Path(cheap["run_dir"]) / "filters.jsonl").read_text().splitlines()]  # fmt: skip
+    short = [r for r in records if r["pair"]["rejected"] == DEGRADED]
+    assert short, "the degraded run must have short rejected answers"
+    for r in short:  # dropped by the length check: no judge was asked
+        assert "length_ratio" in r["reasons"] and not r["calls"]
+        assert r["skipped"] == ["quality", "adherence", "blind"]
+    kept = [r for r in records if r["kept"]]
+    assert kept and all(not r["skipped"] and len(r["calls"]) == 6 for r in kept)
