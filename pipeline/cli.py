@@ -33,22 +33,20 @@ def guarded(fn):
 
     @functools.wraps(fn)
     def command(*args, **kwargs):
-        from prefect.exceptions import TerminationSignal
-
+        # nothing heavy here: a bad option must fail in a blink, not after importing Prefect
         from pipeline.errors import DiskFullError, PrbError, Terminated, is_disk_full
-        from pipeline.llm import PermanentLLMError
 
         try:
             return fn(*args, **kwargs)
         except KeyboardInterrupt:
             raise fail("interrupted; nothing finished is lost", 130) from None
-        except (Terminated, TerminationSignal):
-            raise fail("terminated; nothing finished is lost", 143) from None
-        except PermanentLLMError as e:
-            raise fail(f"the endpoint refused the run (not retried): {e}", 4) from None
-        except PrbError as e:
-            raise fail(str(e), e.exit_code) from None
-        except OSError as e:
+        except BaseException as e:
+            if isinstance(e, Terminated) or _prefect_termination(e):
+                raise fail("terminated; nothing finished is lost", 143) from None
+            if not isinstance(e, PrbError | OSError):
+                raise
+            if isinstance(e, PrbError):
+                raise fail(str(e), e.exit_code) from None
             if is_disk_full(e):
                 full = DiskFullError(e.filename or "the outputs folder")
                 raise fail(str(full), full.exit_code) from None
@@ -57,6 +55,14 @@ def guarded(fn):
             raise
 
     return command
+
+
+def _prefect_termination(e: BaseException) -> bool:
+    """Prefect's own SIGTERM exception, if Prefect is loaded at all."""
+    import sys
+
+    exceptions = sys.modules.get("prefect.exceptions")
+    return exceptions is not None and isinstance(e, exceptions.TerminationSignal)
 
 
 def _exit_on_sigterm() -> None:

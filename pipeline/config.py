@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import (
@@ -58,6 +59,12 @@ class ModelConfig(Section):
     backoff_initial_s: float = Field(0.5, ge=0)
     backoff_max_s: float = Field(20.0, ge=0)
     seed: int = 0
+    # how JSON tasks send their schema (llm.STRUCTURED): json_schema (OpenAI, vLLM),
+    # json_object_schema (llama.cpp server), json_object (JSON mode only), none
+    structured_output: Literal["json_schema", "json_object_schema", "json_object", "none"] = (
+        "json_schema"
+    )
+    weights_sha256: str | None = None  # a local model's weights file, recorded with the release
 
 
 class PersonaConfig(Section):

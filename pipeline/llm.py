@@ -11,6 +11,7 @@ client and nowhere else.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -39,6 +40,11 @@ log = logging.getLogger("prb.llm")
 
 TASK_HEADER = "X-PRB-Task"  # lets the simulator (or a proxy) see which prompt a call uses
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=64)
+def _response_format(output: type[BaseModel] | None, mode: str) -> dict | None:
+    return response_format(output, mode)  # the schema transform once per output model
 
 
 class LLMError(Exception):
@@ -183,6 +189,59 @@ def parse_output(content: str, schema: type[BaseModel] | None) -> BaseModel | st
         raise Unparseable(f"{schema.__name__}: {str(e).splitlines()[0][:200]}") from None
 
 
+# How a JSON task's output schema is sent (`model.structured_output`), by endpoint:
+STRUCTURED = {
+    "json_schema": "OpenAI / vLLM: response_format json_schema, strict, every field required",
+    "json_object_schema": "llama.cpp server: response_format json_object with the schema "
+    "(grammar-constrained; strings and lists bounded so a small model cannot run on)",
+    "json_object": "JSON mode only (Ollama and others): valid JSON, the schema in the prompt",
+    "none": "no response_format: the schema in the prompt only",
+}
+STRICT_DROP = ("minLength", "maxLength", "minItems", "maxItems", "minimum", "maximum",
+               "exclusiveMinimum", "exclusiveMaximum", "pattern", "format", "default")  # fmt: skip
+BOUND_STRING, BOUND_ITEMS = 400, 12  # grammar bounds where the model schema sets none
+
+
+def strict_schema(schema: dict, mode: str) -> dict:
+    """A pydantic JSON schema in the form structured output accepts: every object closed
+    (`additionalProperties: false`) with every property required; for OpenAI's strict mode the
+    keywords it rejects removed (pydantic still validates them on the answer); for a grammar
+    (llama.cpp) every string and list given an upper bound."""
+
+    def fix(node):
+        if isinstance(node, list):
+            return [fix(n) for n in node]
+        if not isinstance(node, dict):
+            return node
+        out = {
+            k: fix(v) for k, v in node.items() if not (mode == "json_schema" and k in STRICT_DROP)
+        }
+        if out.get("type") == "object" and "properties" in out:
+            out["additionalProperties"] = False
+            out["required"] = list(out["properties"])
+        if mode == "json_object_schema":
+            if out.get("type") == "string":
+                out.setdefault("maxLength", BOUND_STRING)
+            if out.get("type") == "array":
+                out.setdefault("maxItems", BOUND_ITEMS)
+        return out
+
+    return fix(schema)
+
+
+def response_format(output: type[BaseModel] | None, mode: str) -> dict | None:
+    """The `response_format` a JSON task sends in `mode` (None for text tasks and mode none)."""
+    if output is None or mode == "none":
+        return None
+    if mode == "json_object":
+        return {"type": "json_object"}
+    schema = strict_schema(output.model_json_schema(), mode)
+    if mode == "json_object_schema":
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_schema",
+            "json_schema": {"name": output.__name__, "schema": schema, "strict": True}}  # fmt: skip
+
+
 def read_completion(body: bytes | dict | None) -> tuple[str, str | None, dict]:
     """Content, finish reason and token usage of a chat completion (its JSON body, or that body
     parsed). A truncated, garbled or non-completion body is transient, like a 5xx."""
@@ -255,11 +314,17 @@ class LLM:
         hinted = _retry_after(exc)
         return min(hinted, self.cfg.backoff_max_s) if hinted is not None else self._backoff(state)
 
+    def params(self, prompt: Prompt) -> dict:
+        """The request parameters of a prompt: its own (temperature, max_tokens) and, for a JSON
+        task, the structured-output form of `model.structured_output` (in the cache key)."""
+        fmt = _response_format(prompt.output, self.cfg.structured_output)
+        return {**prompt.params, "response_format": fmt} if fmt else prompt.params
+
     def key_for(self, prompt: Prompt, model: str, messages: list[dict], seed: int) -> str:
         return cache_key(
             model=model,
             messages=messages,
-            params=prompt.params,
+            params=self.params(prompt),
             seed=seed,
             schema=prompt.output_schema(),
         )
@@ -291,7 +356,7 @@ class LLM:
         if pending is not None:  # the same request is already on its way: pay for it once
             usage.cache_hits += 1
             return replace(await asyncio.shield(pending), cached=True)
-        request = Request(prompt.task, stage, model, messages, seed, prompt.params, key)
+        request = Request(prompt.task, stage, model, messages, seed, self.params(prompt), key)
         pending = asyncio.ensure_future(self._answer(prompt, request))
         self._inflight[key] = pending
         pending.add_done_callback(self._settled(key))
@@ -355,7 +420,7 @@ class LLM:
                 key,
                 task=prompt.task,
                 model=model,
-                request={"messages": messages, "params": prompt.params, "seed": seed},
+                request={"messages": messages, "params": req.params, "seed": seed},
                 content=content,
                 usage=tokens,
             )
@@ -380,7 +445,8 @@ class LLM:
             usage.failures[type(e).__name__] += 1
             raise PermanentLLMError(
                 "permanent",
-                f"{type(e).__name__} from {self.cfg.base_url} for model {model!r}"
+                f"the endpoint refused the run (not retried): {type(e).__name__} from "
+                f"{self.cfg.base_url} for model {model!r}"
                 f" (HTTP {getattr(e, 'status_code', '?')}: {server_message(e)}); "
                 "check the endpoint, model and key",
             ) from None

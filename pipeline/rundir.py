@@ -159,7 +159,7 @@ def run_fingerprint(cfg: RunConfig) -> dict:
 
 def _change(key: str, old: object, new: object) -> str:
     if key.startswith(SOURCES):
-        what = "added" if old is None else "removed" if new is None else "edited"
+        what = "added" if old == "(absent)" else "removed" if new == "(absent)" else "edited"
         return f"persona/question file {key.removeprefix(SOURCES)} {what} since the run started"
     if key == "prb.stage_format":
         return f"the run was made by an older prb (stage file format {old!r}, now {new!r})"
@@ -179,8 +179,12 @@ def check_fingerprint(run_dir: Path, cfg: RunConfig) -> None:
         if saved["fingerprint"] == now["fingerprint"]:
             return
         old, new = saved["inputs"], now["inputs"]
-        changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
-        shown = "; ".join(_change(k, old.get(k), new.get(k)) for k in changed[:5])
+        # a key only one side has counts as changed even when its value is None
+        changed = sorted(k for k in old.keys() ^ new.keys()) + sorted(
+            k for k in old.keys() & new.keys() if old[k] != new[k]
+        )
+        shown = "; ".join(_change(k, old.get(k, "(absent)"), new.get(k, "(absent)"))
+                          for k in changed[:5])  # fmt: skip
         more = f" (and {len(changed) - 5} more)" if len(changed) > 5 else ""
         raise FingerprintError(
             f"run {cfg.run_id!r} ({run_dir}) was started with other settings, so resuming it "

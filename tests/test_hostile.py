@@ -312,9 +312,11 @@ def test_ctrl_c_and_sigterm_stop_within_5s_with_one_line_and_lose_nothing(
     Ctrl-C, be stopped by prb, and leave nothing behind."""
     url = sim_factory(latency_ms=150)
     config = write_config(tmp_path, url, personas=SMALL, model={"concurrency": 2})
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
-    Path(env["PREFECT_HOME"]).mkdir()
+    env = prefect_env()  # SIGTERM: the session's Prefect server will do
+    if sig == signal.SIGINT:  # Ctrl-C: prb's own temporary server, as a user's prb runs it
+        env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+        env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+        Path(env["PREFECT_HOME"]).mkdir()
     proc = subprocess.Popen(
         [str(PRB), "build", "--config", str(config)], env=env, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True, start_new_session=True,

@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -59,6 +60,64 @@ class SimOptions:
         return any(
             getattr(self, f.name) for f in fields(self) if f.name.startswith("rate_")
         ) or bool(self.require_key)
+
+
+NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def response_format_problem(fmt: object) -> str | None:
+    """What is wrong with a request's `response_format`, in OpenAI's words, or None: the
+    simulator refuses what OpenAI would, so the tests prove the request's shape."""
+    if fmt is None:
+        return None
+    if not isinstance(fmt, dict):
+        return "Invalid type for 'response_format': expected an object."
+    kind = fmt.get("type")
+    if kind == "text":
+        return None
+    if kind == "json_object":  # llama.cpp also takes a `schema` here
+        bad = "schema" in fmt and not isinstance(fmt["schema"], dict)
+        return "Invalid type for 'response_format.schema': expected an object." if bad else None
+    if kind != "json_schema":
+        return (
+            f"Invalid value: {kind!r}. Supported values are: 'json_object', 'json_schema', "
+            "and 'text'."
+        )
+    spec = fmt.get("json_schema")
+    if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+        return "Missing required parameter: 'response_format.json_schema.schema'."
+    name = spec.get("name")
+    if not isinstance(name, str) or not NAME.match(name):
+        return "Invalid 'response_format.json_schema.name': must match ^[a-zA-Z0-9_-]{1,64}$."
+    if spec.get("strict"):
+        return _strict_problem(spec["schema"], name, ())
+    return None
+
+
+def _strict_problem(node: object, name: str, where: tuple) -> str | None:
+    if isinstance(node, list):
+        return next((p for i, n in enumerate(node) if (p := _strict_problem(n, name, where))),
+                    None)  # fmt: skip
+    if not isinstance(node, dict):
+        return None
+    if node.get("type") == "object" and "properties" in node:
+        context = f"In context={where}"
+        if node.get("additionalProperties") is not False:
+            return (
+                f"Invalid schema for response_format '{name}': {context}, "
+                "'additionalProperties' is required to be supplied and to be false."
+            )
+        missing = [k for k in node["properties"] if k not in (node.get("required") or [])]
+        if missing:
+            return (
+                f"Invalid schema for response_format '{name}': {context}, 'required' is "
+                "required to be supplied and to be an array including every key in "
+                f"properties. Missing {missing[0]!r}."
+            )
+    for key, value in node.items():
+        if (problem := _strict_problem(value, name, (*where, key))) is not None:
+            return problem
+    return None
 
 
 def create_app(opts: SimOptions) -> FastAPI:
@@ -109,6 +168,13 @@ def create_app(opts: SimOptions) -> FastAPI:
         if roll < cum[1]:
             opts.stats["fault_500"] += 1
             return JSONResponse({"error": {"message": "simulated failure"}}, status_code=500)
+        if (problem := response_format_problem(body.get("response_format"))) is not None:
+            opts.stats["bad_response_format"] += 1
+            return JSONResponse(
+                {"error": {"message": problem, "type": "invalid_request_error",
+                           "param": "response_format", "code": None}},
+                status_code=400,
+            )  # fmt: skip
         if body.get("model") not in MODELS:
             return JSONResponse(
                 {

