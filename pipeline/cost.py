@@ -2,7 +2,9 @@
 
 Tokens are read from the response cache for the calls the run used (so a resumed or repeated
 run reports what an uninterrupted one would). Answers that came from a Batch API job carry
-`"batch": true` in their cached usage and are priced at `(1 - batch_discount)`. A model with no
+`"batch": true` in their cached usage and are priced at `(1 - batch_discount)`. Prompt tokens
+the provider served from its prompt cache (`usage.prompt_tokens_details.cached_tokens`) are
+counted apart and priced at the model's `cached_input_per_1m`. A model with no
 entry in `cost.prices` is reported with `cost: null` rather than guessed.
 
 `summary(...)` builds the manifest's `cost` block; `report(manifest, prices=None)` re-prices a
@@ -19,6 +21,7 @@ def stage_tokens(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> d
     out = {}
     for stage, keys in keys_by_stage.items():
         t = dict.fromkeys(("prompt", "completion", "batch_prompt", "batch_completion"), 0)
+        cached = 0
         for key in keys:
             entry = cache.get(key)
             if entry is None:
@@ -27,7 +30,10 @@ def stage_tokens(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> d
             prefix = "batch_" if usage.get("batch") else ""
             t[prefix + "prompt"] += usage.get("prompt_tokens", 0) or 0
             t[prefix + "completion"] += usage.get("completion_tokens", 0) or 0
-        out[stage] = {"calls": len(keys), **{f"{k}_tokens": v for k, v in t.items()}}
+            if not prefix:  # the provider's prompt cache: part of the prompt tokens above
+                cached += (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        out[stage] = {"calls": len(keys), **{f"{k}_tokens": v for k, v in t.items()},
+                      "cached_prompt_tokens": cached}  # fmt: skip
     return out
 
 
@@ -35,7 +41,10 @@ def _price(stage: dict, model: str, cfg: CostConfig) -> float | None:
     p = cfg.prices.get(model)
     if p is None:
         return None
-    online = stage["prompt_tokens"] * p.input_per_1m + stage["completion_tokens"] * p.output_per_1m
+    cached = stage.get("cached_prompt_tokens", 0)  # a subset of prompt_tokens
+    cached_price = p.input_per_1m if p.cached_input_per_1m is None else p.cached_input_per_1m
+    online = ((stage["prompt_tokens"] - cached) * p.input_per_1m + cached * cached_price
+              + stage["completion_tokens"] * p.output_per_1m)  # fmt: skip
     batch = (
         stage["batch_prompt_tokens"] * p.input_per_1m
         + stage["batch_completion_tokens"] * p.output_per_1m
@@ -47,7 +56,9 @@ def _block(stages: dict[str, dict], cfg: CostConfig, released: int) -> dict:
     out_stages = {}
     for name, s in stages.items():
         out_stages[name] = {**s, "cost": _price(s, s["model"], cfg)}
-    tokens = sum(v for s in out_stages.values() for k, v in s.items() if k.endswith("_tokens"))
+    tokens = sum(v for s in out_stages.values() for k, v in s.items()
+                 if k.endswith("_tokens") and k != "cached_prompt_tokens")  # fmt: skip
+    cached = sum(s.get("cached_prompt_tokens", 0) for s in out_stages.values())
     costs = [s["cost"] for s in out_stages.values()]
     total = None if any(c is None for c in costs) else round(sum(costs), 6)
     return {
@@ -55,6 +66,7 @@ def _block(stages: dict[str, dict], cfg: CostConfig, released: int) -> dict:
         "batch_discount": cfg.batch_discount,
         "stages": out_stages,
         "total_tokens": tokens,
+        "cached_prompt_tokens": cached,
         "total_cost": total,
         "released_pairs": released,
         "tokens_per_released_pair": round(tokens / released, 1) if released else None,

@@ -79,9 +79,9 @@ def safe_name(value: str, what: str) -> str:
 
 # Failure kinds of a model call (llm.LLMError.kind) that can be the endpoint's doing: retries
 # ran out on 429/5xx/timeouts/refused connections, or the answer came back garbled, truncated
-# or cut off. A record dropped for one of these is asked again when the run resumes; every
-# other reason (a refusal, a bad request, an ungrounded plan) is settled once written.
-TRANSIENT_KINDS = ("endpoint_error", "unparseable")
+# or cut off at max_tokens. A record dropped for one of these is asked again when the run
+# resumes; every other reason (a refusal, a bad request, an ungrounded plan) is settled.
+TRANSIENT_KINDS = ("endpoint_error", "unparseable", "cut_off")
 
 
 def is_transient(reason: str) -> bool:

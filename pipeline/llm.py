@@ -30,11 +30,12 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from pipeline import progress
+from pipeline import progress, ratelimit
 from pipeline.cache import ResponseCache, cache_key
 from pipeline.config import ModelConfig
 from pipeline.errors import PrbError
 from pipeline.prompts import Prompt
+from pipeline.ratelimit import Limiter
 
 log = logging.getLogger("prb.llm")
 
@@ -71,8 +72,14 @@ class PermanentLLMError(PrbError):
 
 
 class Unparseable(Exception):
-    """An answer that is not what was asked for (garbled, truncated, cut off, wrong schema):
-    retried, and dropped as `<role>_unparseable` (asked again on resume) when retries run out."""
+    """An answer that is not what was asked for (garbled, truncated, wrong schema): retried, and
+    dropped as `<role>_unparseable` (asked again on resume) when retries run out."""
+
+
+class CutOff(Unparseable):
+    """An answer stopped at `max_tokens` (finish_reason=length): retried like any unparseable
+    answer, and dropped as `<role>_cut_off` when retries run out: the model wrote more than the
+    task allows (or the endpoint cut it), which a reader of the drop reasons should see as such."""
 
 
 RETRYABLE = (
@@ -184,7 +191,9 @@ def parse_output(content: str, schema: type[BaseModel] | None) -> BaseModel | st
             raise Unparseable("empty answer")
         return text
     try:
-        return schema.model_validate(json.loads(_FENCE.sub("", content.strip())))
+        # strict=False: a raw newline inside a string (small models under a grammar write them)
+        # is read as one; what the answer says is then validated by the schema
+        return schema.model_validate(json.loads(_FENCE.sub("", content.strip()), strict=False))
     except (json.JSONDecodeError, ValidationError) as e:
         raise Unparseable(f"{schema.__name__}: {str(e).splitlines()[0][:200]}") from None
 
@@ -199,7 +208,7 @@ STRUCTURED = {
 }
 STRICT_DROP = ("minLength", "maxLength", "minItems", "maxItems", "minimum", "maximum",
                "exclusiveMinimum", "exclusiveMaximum", "pattern", "format", "default")  # fmt: skip
-BOUND_STRING, BOUND_ITEMS = 400, 12  # grammar bounds where the model schema sets none
+BOUND_STRING, BOUND_ITEMS = 240, 8  # grammar bounds where the model schema sets none
 
 
 def strict_schema(schema: dict, mode: str) -> dict:
@@ -224,6 +233,9 @@ def strict_schema(schema: dict, mode: str) -> dict:
                 out.setdefault("maxLength", BOUND_STRING)
             if out.get("type") == "array":
                 out.setdefault("maxItems", BOUND_ITEMS)
+            lo, hi = out.get("minimum"), out.get("maximum")
+            if out.get("type") == "integer" and lo is not None and hi is not None and hi - lo < 20:
+                out["enum"] = list(range(int(lo), int(hi) + 1))  # a grammar keeps to an enum
         return out
 
     return fix(schema)
@@ -260,11 +272,15 @@ def read_completion(body: bytes | dict | None) -> tuple[str, str | None, dict]:
 
 def _retry_after(exc: BaseException | None) -> float | None:
     response = getattr(exc, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:
+    return ratelimit.retry_after(response.headers) if response is not None else None
+
+
+def charged(tokens: dict, params: dict) -> int | None:
+    """What a provider charged a request against its token limit: prompt + max_tokens."""
+    prompt = tokens.get("prompt_tokens")
+    if prompt is None:
         return None
+    return prompt + int(params.get("max_tokens") or tokens.get("completion_tokens") or 0)
 
 
 class LLM:
@@ -294,6 +310,8 @@ class LLM:
             ),
         )
         self.semaphore = asyncio.Semaphore(concurrency or cfg.concurrency)
+        self.limiter = Limiter(cfg.requests_per_minute, cfg.tokens_per_minute,
+                               learn=cfg.rate_limits_from_headers)  # fmt: skip
         self._inflight: dict[str, asyncio.Future[CallResult]] = {}  # cache key -> pending call
         self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
         progress.watch_usage(self.usage_dict)  # the live display reads the counters
@@ -337,8 +355,13 @@ class LLM:
         model: str,
         variables: dict,
         seed: int | None = None,
+        max_tokens: int | None = None,
     ) -> CallResult:
+        """One model call; `max_tokens` overrides the prompt file's (e.g. sized from a word
+        budget, so an answer over it is cut off and dropped, not kept half-written)."""
         seed = self.cfg.seed if seed is None else seed
+        if max_tokens is not None:
+            prompt = prompt.with_params(max_tokens=max_tokens)
         messages = prompt.render(**variables)
         key = self.key_for(prompt, model, messages, seed)
         usage = self.usage[stage]
@@ -394,27 +417,45 @@ class LLM:
         stage, model, messages, seed, key = req.stage, req.model, req.messages, req.seed, req.key
         usage = self.usage[stage]
 
+        limiter = self.limiter
+
+        def cost() -> int:  # counted only under a token limit: tiktoken costs ~0.3 ms a call
+            return ratelimit.request_tokens(messages, req.params)
+
         async def attempt() -> CallResult:
             async with self.semaphore:
+                estimate = await limiter.acquire(cost)
                 usage.calls += 1
-                # the client's generic `post` for the chat-completions endpoint, returning the
-                # raw response: the same request and errors as `chat.completions.create` without
-                # its recursive transform of `messages` and typed build of the answer (~1.6 and
-                # ~0.6 ms of CPU per call; bench/throughput.py); we read four fields of it
-                response = await self.client.post(
-                    "/chat/completions",
-                    cast_to=httpx2.Response,
-                    body=req.body(),
-                    options={"headers": {TASK_HEADER: prompt.task}},
-                )
+                try:
+                    # the client's generic `post` for the chat-completions endpoint, returning
+                    # the raw response: the same request and errors as `chat.completions.create`
+                    # without its recursive transform of `messages` and typed build of the
+                    # answer (~1.6 and ~0.6 ms of CPU per call; bench/throughput.py)
+                    response = await self.client.post(
+                        "/chat/completions",
+                        cast_to=httpx2.Response,
+                        body=req.body(),
+                        options={"headers": {TASK_HEADER: prompt.task}},
+                    )
+                except openai.APIStatusError as e:
+                    limiter.observe(e.response.headers, e.status_code)
+                    raise
+                except BaseException:
+                    limiter.observe(None)  # no answer: nothing learnt, but nobody waits on it
+                    raise
+                limiter.observe(response.headers, response.status_code)
             content, finish_reason, tokens = read_completion(response.content)
             usage.add_tokens(tokens)
+            limiter.settle(estimate, charged(tokens, req.params))
             if finish_reason == "content_filter":
                 # the provider refused: asking again gives the same refusal, so no retry
                 raise LLMError("content_filter", f"{prompt.task}: answer withheld by the filter")
             if finish_reason == "length":
                 # cut off at max_tokens: a text answer would parse but be incomplete; never cache it
-                raise Unparseable(f"{prompt.task}: answer cut off (finish_reason=length)")
+                raise CutOff(
+                    f"{prompt.task}: answer cut off at max_tokens="
+                    f"{req.params.get('max_tokens', '?')} (finish_reason=length)"
+                )
             value = parse_output(content, prompt.output)
             self.cache.put(
                 key,
@@ -459,8 +500,9 @@ class LLM:
             usage.failures[e.kind] += 1
             raise
         except Unparseable as e:
-            usage.failures["unparseable"] += 1
-            raise LLMError("unparseable", str(e)) from None
+            kind = "cut_off" if isinstance(e, CutOff) else "unparseable"
+            usage.failures[kind] += 1
+            raise LLMError(kind, str(e)) from None
         except RETRYABLE as e:
             usage.failures[type(e).__name__] += 1
             detail = describe_failure(e, self.cfg.base_url, self.cfg.timeout_s)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import jinja2
@@ -64,6 +64,11 @@ class Prompt:
     params: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # task-specific tables, e.g. rejected strategies
     sha256: str = ""
+
+    def with_params(self, **params: object) -> Prompt:
+        """The same prompt with some request parameters replaced (its hash and ref unchanged:
+        parameters are in the cache key, not in the file)."""
+        return replace(self, params={**self.params, **params})
 
     @property
     def ref(self) -> str:

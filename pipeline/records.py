@@ -97,19 +97,32 @@ class Task(Record):
 # --- model outputs (the schemas in prompts/) --------------------------------------------------
 
 
+# `json_schema_extra` bounds (maxLength, pattern) go into the schema a grammar enforces (llama.cpp)
+# and the prompt shows, not into validation: a strong model is never refused for one long line
+def _bound(n: int, **extra: object) -> dict:
+    return {"json_schema_extra": {"maxLength": n, **extra}}
+
+
 class RubricAspect(Record):
-    aspect: str = Field(min_length=1)
-    evidence: str = Field(min_length=1, description="Profile item ids and/or a short quote.")
-    reason: str = Field(min_length=1)
+    aspect: str = Field(min_length=1, **_bound(80))
+    evidence: str = Field(
+        min_length=1,
+        description="Profile item ids in square brackets, then a short quote.",
+        # Anchored both ends: llama.cpp's converter rejects anything else, and its server then
+        # falls back, silently, to unconstrained JSON. No `.`: in a grammar it matches `"`
+        # too, and the model closed the string early and wrote keys inside it.
+        **_bound(120, pattern=r'^\[[^\]"\\]{1,40}\] [^"\\]{1,100}$'),
+    )
+    reason: str = Field(min_length=1, **_bound(120))
 
 
 class PlannerOutput(Record):
-    rubric_aspects: list[RubricAspect] = Field(min_length=1, max_length=8)
-    narrative: str = Field(min_length=1)
+    rubric_aspects: list[RubricAspect] = Field(min_length=1, max_length=5)
+    narrative: str = Field(min_length=1, **_bound(300))
 
 
 class ContentPlanOutput(Record):
-    key_points: list[str] = Field(min_length=2, max_length=8)
+    key_points: list[str] = Field(min_length=2, max_length=8, json_schema_extra={"maxItems": 5})
 
 
 class QualityOutput(Record):

@@ -3,7 +3,8 @@ corrupts finished work. Outcomes (see README "Faults and resume"):
 
 - retried (counted by kind in run_stats.json): 429 with or without Retry-After, 500/502/503,
   connection reset, read timeout, truncated or non-JSON body, content that is not the schema;
-- when retries run out: the record is dropped (`<stage>_endpoint_error` / `_unparseable`);
+- when retries run out: the record is dropped (`<stage>_endpoint_error` / `_unparseable` /
+  `_cut_off`), and asked again when the run resumes;
 - content filter: not retried, dropped with reason `<stage>_content_filter`;
 - 401 / 404 model: the run stops at once (exit 4), nothing is recorded as dropped.
 
@@ -121,7 +122,7 @@ RETRIED = {  # fault -> (simulator options, the exception kind counted as a retr
     "truncated_body": ({"rate_truncated": 0.5}, "Unparseable"),
     "non_json_body": ({"rate_non_json": 0.5}, "Unparseable"),
     "wrong_schema": ({"rate_wrong_schema": 0.5}, "Unparseable"),
-    "garbled_content": ({"rate_malformed": 0.5}, "Unparseable"),
+    "cut_off_content": ({"rate_malformed": 0.5}, "CutOff"),
 }
 
 
@@ -213,7 +214,7 @@ def test_faulty_build_releases_the_clean_pairs_and_counts_retries_outside_the_ma
     assert data_files(Path(faulty["release_dir"])) == data_files(Path(clean["release_dir"]))
     stats = json.loads((Path(faulty["run_dir"]) / "run_stats.json").read_text())
     retried = {k for u in stats["usage"].values() for k in u["retries"]}
-    assert {"RateLimitError", "InternalServerError", "Unparseable"} <= retried
+    assert {"RateLimitError", "InternalServerError", "Unparseable", "CutOff"} <= retried
     manifest = (Path(faulty["release_dir"]) / "manifest.json").read_bytes()
     assert b"RateLimitError" not in manifest  # run-dependent counts stay out of the manifest
     before = manifest
@@ -314,7 +315,9 @@ def test_answer_cut_off_at_max_tokens_is_retried_not_cached(sim, tmp_path):
 
     with pytest.raises(LLMError) as err:
         asyncio.run(go())
-    assert err.value.kind == "unparseable" and "finish_reason=length" in err.value.detail
+    assert (
+        err.value.kind == "cut_off" and "max_tokens=300 (finish_reason=length)" in err.value.detail
+    )
     assert opts.stats["requests"] == 3 and cache.count() == 0
 
 
@@ -345,9 +348,9 @@ def test_resume_asks_again_what_a_flaky_endpoint_left_undone(task, sim, tmp_path
 
 def test_garbled_answers_are_asked_again_on_resume(sim, tmp_path, sim_url):
     """Half the answers come back as non-JSON, truncated or cut off; with retries exhausted they
-    are dropped as `_unparseable`. Those are the endpoint's failures, not settled outcomes: once
-    it recovers, resuming gives exactly the release of a run that never saw them (it used to
-    keep them as drops forever)."""
+    are dropped as `_unparseable` or `_cut_off`. Those are the endpoint's failures, not settled
+    outcomes: once it recovers, resuming gives exactly the release of a run that never saw them
+    (it used to keep them as drops forever)."""
     url, opts = sim
     small = {"per_category": 2}
     clean = build(write_config(tmp_path / "clean", sim_url, personas=small))
@@ -360,15 +363,16 @@ def test_garbled_answers_are_asked_again_on_resume(sim, tmp_path, sim_url):
     drops = (run_dir / "dropped.jsonl").read_text().splitlines()
     dropped = [json.loads(x)["reason"] for x in drops]
     judged = [json.loads(x) for x in (run_dir / "filters.jsonl").read_text().splitlines()]
-    unparseable = [r for r in dropped if r.endswith("_unparseable")]
-    unparseable += [r for f in judged for r in f["reasons"] if r.endswith("_unparseable")]
+    garbled = ("_unparseable", "_cut_off")
+    unparseable = [r for r in dropped if r.endswith(garbled)]
+    unparseable += [r for f in judged for r in f["reasons"] if r.endswith(garbled)]
     assert unparseable, "the faults must leave some records unparseable for this test"
 
     opts.rate_non_json = opts.rate_truncated = opts.rate_malformed = 0.0  # recovered
     resumed = build(config)
     assert data_files(Path(resumed["release_dir"])) == data_files(Path(clean["release_dir"]))
     manifest = json.loads((Path(resumed["release_dir"]) / "manifest.json").read_text())
-    assert not [r for r in manifest["drop_reasons"] if r.endswith("_unparseable")]
+    assert not [r for r in manifest["drop_reasons"] if r.endswith(garbled)]
     assert resumed["funnel"] == clean["funnel"]
 
 
@@ -377,7 +381,7 @@ def test_a_request_the_server_rejects_drops_only_its_record(sim, tmp_path):
     record is dropped with the server's own message, and the run goes on (it used to stop the
     whole run with 'check the endpoint, model and key')."""
     url, opts = sim
-    opts.context_limit = 350  # the planner prompts of the two longest profiles are over it
+    opts.context_limit = 380  # the planner prompts of the two longest profiles are over it
     config = write_config(tmp_path, url, personas={"per_category": 2})
     result = build(config)
     dropped = [
@@ -386,7 +390,7 @@ def test_a_request_the_server_rejects_drops_only_its_record(sim, tmp_path):
         if x
     ]
     assert dropped and {d["reason"] for d in dropped} == {"planner_bad_request"}
-    assert all("maximum context length is 350 tokens" in d["detail"] for d in dropped)
+    assert all("maximum context length is 380 tokens" in d["detail"] for d in dropped)
     assert result["funnel"]["rubrics"] == 6 - len(dropped) and result["funnel"]["released"] > 0
     manifest = json.loads((Path(result["release_dir"]) / "manifest.json").read_text())
     assert manifest["drop_reasons"]["planner_bad_request"] == len(dropped)

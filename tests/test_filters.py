@@ -120,7 +120,7 @@ def test_malformed_judge_output_is_retried_then_dropped(tmp_path, sim_factory):
     )
     with pytest.raises(
         NothingReleased,
-        match=r"filters stage passed on none of its 6 records \(judge_unparseable 6",
+        match=r"filters stage passed on none of its 6 records \(judge_cut_off 6",
     ):
         build(config)
     run_dir = tmp_path / "outputs" / "demo"
@@ -130,12 +130,12 @@ def test_malformed_judge_output_is_retried_then_dropped(tmp_path, sim_factory):
     usage = result["usage"]["filters"]
     # per pair: 4 good calls + 2 blind calls x 3 attempts each
     assert usage["calls"] == 6 * (4 + 2 * 3)
-    assert usage["retries"] and usage["failures"] == {"unparseable": 12}
+    assert usage["retries"] and usage["failures"] == {"cut_off": 12}  # stopped at max_tokens
     for r in records:
         assert not r.kept
-        assert "judge_unparseable" in r.reasons
+        assert "judge_cut_off" in r.reasons
         assert set(r.errors) == {"blind_ab", "blind_ba"}
-        assert all(e.startswith("unparseable") for e in r.errors.values())
+        assert all(e.startswith("cut_off") for e in r.errors.values())
         assert "blind" not in r.checks  # no verdict without both orders
         assert read(r, "quality").chosen is not None  # what did succeed is still recorded
         assert "blind_ab" not in r.calls
@@ -198,3 +198,31 @@ def test_near_duplicate_questions_threshold_is_configurable(degraded_run):
     assert duplicates([a, twin], FilterConfig(max_question_similarity=1.0)) == {}
     other = pairs[1]
     assert duplicates([a, other], FilterConfig(max_question_similarity=0.9)) == {}
+
+
+def test_an_answer_repeating_the_prompts_markup_is_dropped():
+    """Found on the real local model: both answers copied the generation prompt's data blocks."""
+    from pipeline.checks import prompt_echo
+    from pipeline.records import Pair
+
+    def measured(chosen: str, rejected: str) -> prompt_echo.Result:
+        pair = Pair.model_construct(chosen=chosen, rejected=rejected)
+        return prompt_echo.CHECK.measure(pair, {}, None)
+
+    clean = measured("Warm up with humming for five minutes.", "Start with lip trills.")
+    assert decide({**GOOD, "prompt_echo": clean}, FilterConfig()) == []
+    echo = measured("The answer should be:\n<key_points>\n- Warm up", "Lip trills.</avoid_aspects>")
+    assert echo.chosen_echo and echo.rejected_echo
+    assert decide({**GOOD, "prompt_echo": echo}, FilterConfig()) == ["prompt_echo"]
+    assert decide({**GOOD, "prompt_echo": echo}, FilterConfig(drop_prompt_echo=False)) == []
+    assert not measured("Use a <b>bold</b> heading and a list.", "x").chosen_echo
+
+
+def test_a_plan_repeating_an_aspect_keeps_it_once():
+    from pipeline.records import RubricAspect
+    from pipeline.stages.rubrics import distinct
+
+    a = RubricAspect(aspect="Short, practical steps", evidence="[p1] 'ten minutes'", reason="r")
+    again = RubricAspect(aspect="short,  practical STEPS", evidence="[p2] 'busy'", reason="s")
+    other = RubricAspect(aspect="Budget under 50 euros", evidence="[p3] 'cheap'", reason="t")
+    assert distinct([a, again, other, a]) == [a, other]

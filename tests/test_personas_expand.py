@@ -129,4 +129,5 @@ def test_expand_writes_failed_calls_to_the_rejected_file(tmp_path, sim_factory):
     rejected = [json.loads(line) for line in (folder / "bad.rejected.jsonl").open()]
     # two per round, three rounds: every attempt is written down with its reason
     assert [r["index"] for r in rejected] == list(range(6))
-    assert all("model call: unparseable" in r["reasons"][0] for r in rejected)
+    # the simulator cuts each answer off (finish_reason "length"): recorded as such
+    assert all("model call: cut_off" in r["reasons"][0] for r in rejected)

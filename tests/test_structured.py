@@ -20,6 +20,17 @@ from pipeline.records import BlindOutput, PlannerOutput, QualityOutput
 MODES = ("json_schema", "json_object_schema", "json_object", "none")
 
 
+def nodes(node):
+    """Every schema node (dict) inside a schema."""
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from nodes(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from nodes(v)
+
+
 def objects(node):
     """Every object schema (with properties) inside a schema."""
     if isinstance(node, dict):
@@ -48,7 +59,11 @@ def test_each_mode_sends_the_form_its_endpoint_understands():
     grammar = response_format(PlannerOutput, "json_object_schema")
     assert grammar["type"] == "json_object"
     text = json.dumps(grammar["schema"])
-    assert '"maxItems": 8' in text and '"maxLength": 400' in text  # bounded for a small model
+    strings = [n for n in nodes(grammar["schema"]) if n.get("type") == "string"]
+    lists = [n for n in nodes(grammar["schema"]) if n.get("type") == "array"]
+    assert strings and all("maxLength" in n for n in strings)  # bounded for a small model
+    assert lists and all(n["maxItems"] <= 8 for n in lists)
+    assert '"maxItems": 5' in text  # the planner's own bound on its aspects
     assert response_format(BlindOutput, "json_object") == {"type": "json_object"}
     assert response_format(BlindOutput, "none") is None
     assert response_format(None, "json_schema") is None  # text tasks send none
@@ -114,3 +129,29 @@ def test_the_mode_is_recorded_in_the_manifest_and_a_build_runs_in_each(tmp_path,
         manifest = json.loads((tmp_path / mode / "outputs/demo/release/manifest.json").read_text())
         assert manifest["config"]["model"]["structured_output"] == mode
         assert result["funnel"]["released"] > 0
+
+
+def test_every_json_task_schema_compiles_to_a_llama_cpp_grammar():
+    """llama.cpp's server answers a schema its converter cannot compile (an unanchored pattern,
+    say) with unconstrained JSON and no error: found on the real model, where the planner's
+    evidence pattern made every rubric free-form. Compile each schema as the server would."""
+    grammar = pytest.importorskip("llama_cpp.llama_grammar")
+    from pipeline.prompts import all_prompts
+
+    outputs = {t.output for t in all_prompts().values() if t.output is not None}
+    assert PlannerOutput in outputs and len(outputs) >= 5
+    for output in outputs:
+        schema = response_format(output, "json_object_schema")["schema"]
+        assert grammar.json_schema_to_gbnf(json.dumps(schema)), output.__name__
+
+
+def test_the_evidence_pattern_cannot_swallow_the_end_of_its_string():
+    """A grammar's `.` matches `"`: the real model closed the evidence string early and went on
+    writing keys inside it. The pattern keeps quotes out and still takes a cited quote."""
+    import re
+
+    pattern = PlannerOutput.model_json_schema()["$defs"]["RubricAspect"]["properties"][
+        "evidence"]["pattern"]  # fmt: skip
+    assert re.match(pattern, "[u1-p3] 'only ten minutes a day'")
+    assert not re.match(pattern, '[u1-p3] quote", "reason": "injected')
+    assert not re.match(pattern, "no id first")

@@ -20,7 +20,7 @@ def detect_task(header: str | None, t: dict[str, str]) -> str:
         return "planner"
     if "answer_a" in t:
         return "judge_blind"
-    if "avoid_aspects" in t:
+    if "avoid_aspects" in t or "strategy" in t:
         return "rejected"
     if "key_points" in t:
         return "chosen"

@@ -495,9 +495,9 @@ def _rejected_layout(strategy: str, wanted: set[str], rng: random.Random) -> str
 def rejected(t: dict[str, str], system: str, rng: random.Random) -> str:
     """Same key points, same order, about the same length as the chosen answer would have, in a
     register picked by the strategy; it carries no marker of any wanted aspect."""
-    styles = styles_of(numbered(t.get("avoid_aspects", "")))
+    styles = styles_of(numbered(t.get("aspects") or t.get("avoid_aspects", "")))
     wanted = {s.tag for s in styles}
-    strategy = tags(system).get("strategy") or "ignore_aspects"
+    strategy = t.get("strategy") or tags(system).get("strategy") or "ignore_aspects"
     points = bullets(t.get("key_points", ""))
     register = _rejected_register(strategy, wanted, rng)
     pool = REGISTERS[register][:]

@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pipeline.sim import batches
 from pipeline.sim import faults as extra_faults
 from pipeline.sim.dispatch import respond
+from pipeline.sim.limits import PromptCache, RateLimits
 
 MODELS = ("prb-sim-1",)
 
@@ -53,6 +54,10 @@ class SimOptions:
     rate_content_filter: float = 0.0
     require_key: str = ""  # answer 401 unless this key is sent
     context_limit: int = 0  # prompt tokens (counted as words) over this get OpenAI's 400; 0 = none
+    rpm: float = 0.0  # requests per minute; over it a 429 with OpenAI's headers (limits.py)
+    tpm: float = 0.0  # tokens per minute (prompt + max_tokens, charged on arrival)
+    cache_min_tokens: int = 0  # automatic prompt caching from this many shared leading tokens
+    cache_block: int = 128  # ... in blocks of this many (OpenAI: 1024 and 128); 0 min = off
     attempts: Counter = field(default_factory=Counter)  # request digest -> times seen
     stats: Counter = field(default_factory=Counter)
 
@@ -122,6 +127,8 @@ def _strict_problem(node: object, name: str, where: tuple) -> str | None:
 
 def create_app(opts: SimOptions) -> FastAPI:
     app = FastAPI(title="prb simulator")
+    limits = RateLimits(opts.rpm, opts.tpm)
+    prompt_cache = PromptCache(opts.cache_min_tokens, opts.cache_block)
     app.include_router(batches.make_router(opts, MODELS))  # /v1/files, /v1/batches
 
     @app.get("/v1/models")
@@ -139,6 +146,12 @@ def create_app(opts: SimOptions) -> FastAPI:
     async def chat(request: Request):
         body = await request.json()
         opts.stats["requests"] += 1
+        words = [w for m in body.get("messages") or [] for w in (m.get("content") or "").split()]
+        if limits:  # charged on arrival, as a provider does
+            cost = len(words) + int(body.get("max_tokens") or 0)
+            if (refused := limits.admit(cost)) is not None:
+                opts.stats["rate_limited"] += 1
+                return refused
         if opts.latency_ms:
             await asyncio.sleep(opts.latency_ms / 1000)
         # faults are drawn per request and attempt, not from one shared stream: the same
@@ -186,7 +199,7 @@ def create_app(opts: SimOptions) -> FastAPI:
                 },
                 status_code=404,
             )
-        prompt_tokens = sum(len((m.get("content") or "").split()) for m in body["messages"])
+        prompt_tokens = len(words)
         if opts.context_limit and prompt_tokens > opts.context_limit:
             opts.stats["fault_400"] += 1
             return JSONResponse(
@@ -239,7 +252,14 @@ def create_app(opts: SimOptions) -> FastAPI:
                 "total_tokens": prompt_tokens + completion_tokens,
             },
         }
-        return extra_faults.after_answer(extra, payload)
+        if opts.cache_min_tokens:
+            cached = prompt_cache.cached_tokens(body["model"], words)
+            payload["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
+            opts.stats["cached_tokens"] += cached
+        answer = extra_faults.after_answer(extra, payload)
+        if limits and isinstance(answer, dict):
+            return JSONResponse(answer, headers=limits.headers())
+        return answer
 
     @app.get("/health")
     async def health():
@@ -267,6 +287,10 @@ OPTION_FLAGS = {
     **{name: "--" + name.replace("_", "-") for name in extra_faults.EXTRA_RATES},
     "require_key": "--require-key",
     "context_limit": "--context-limit",
+    "rpm": "--rpm",
+    "tpm": "--tpm",
+    "cache_min_tokens": "--cache-min-tokens",
+    "cache_block": "--cache-block",
     "seed": "--seed",
 }
 

@@ -19,6 +19,13 @@ def pick_strategy(task_id: str, strategies: list[str], seed: int) -> str:
     return strategies[int(stable_id(seed, task_id), 16) % len(strategies)]
 
 
+def budget_tokens(words: int) -> int:
+    """max_tokens for an answer of at most `words` words: English runs ~1.3 tokens a word; the
+    rest is slack. An answer past it is cut off and dropped (`generator_cut_off`), never kept
+    half-written."""
+    return int(words * 1.6) + 40
+
+
 def strategies(cfg, prompt) -> list[str]:
     """The configured strategies, or every strategy the rejected prompt defines."""
     return cfg.generation.strategies or list(prompt.extra["strategies"])
@@ -39,16 +46,16 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
         profile = [i.model_dump() for i in task.persona.profile]
         pid = pair_id(task.persona.persona_id, task.question, profile, versions)
 
-        async def ask(name: str, **variables):
+        async def ask(name: str, max_tokens: int | None = None, **variables):
             return await ctx.llm.call(prompts[name], stage=STAGE.name, model=model,
-                                      variables=variables)  # fmt: skip
+                                      variables=variables, max_tokens=max_tokens)  # fmt: skip
 
         try:
             plan = await ask("content_plan", question=task.question)
             common = {"question": task.question, "key_points": plan.value.key_points,
                       "aspects": aspects, "word_budget": budget}  # fmt: skip
-            chosen = await ask("chosen", **common)
-            rejected = await ask("rejected", **common, strategy=strategy,
+            chosen = await ask("chosen", budget_tokens(budget), **common)
+            rejected = await ask("rejected", budget_tokens(budget), **common, strategy=strategy,
                                  strategy_instruction=instructions[strategy])  # fmt: skip
         except LLMError as e:  # a PermanentLLMError is not one: the run stops
             return Dropped(

@@ -108,6 +108,8 @@ class ReleaseStats:
 HINTS = {  # what to do about the usual cause of a stage losing every record
     "endpoint_error": "is the endpoint up? Rerun the same command to resume once it is",
     "unparseable": "the model's answers did not parse: check the model and its output mode",
+    "cut_off": "the answers ran past max_tokens: the model writes more than the task allows "
+    "(or the endpoint cuts it off)",
     "bad_request": "the endpoint rejected the requests: check the model name and its limits",
     "content_filter": "the provider's content filter refused every answer",
     "ungrounded": "no plan cited the profile: check the planner model and prompt",

@@ -3,6 +3,8 @@
 Every aspect must rest on the profile: its `evidence` cites a real profile item id in brackets
 or quotes a profile item. Aspects that do neither are moved to `ungrounded_aspects` (kept for
 the audit, never used); a plan with no grounded aspect left is dropped as `planner_ungrounded`.
+An aspect the plan repeats (same words, any case or spacing) is kept once: a small real model
+wrote one aspect five times, which would weigh it five times in the adherence judge's score.
 """
 
 from __future__ import annotations
@@ -32,6 +34,17 @@ def grounded(aspect: RubricAspect, task: Task) -> bool:
     return False
 
 
+def distinct(aspects: list[RubricAspect]) -> list[RubricAspect]:
+    seen: set[str] = set()
+    out = []
+    for a in aspects:
+        key = " ".join(a.aspect.casefold().split())
+        if key not in seen:
+            seen.add(key)
+            out.append(a)
+    return out
+
+
 async def run(ctx: RunContext, tasks: Records) -> Records:
     planner = load_prompt("planner")
 
@@ -51,7 +64,7 @@ async def run(ctx: RunContext, tasks: Records) -> Records:
                 stage=STAGE.name, id=task.task_id, reason=f"planner_{e.kind}", detail=e.detail
             )
         aspects = result.value.rubric_aspects
-        kept = [a for a in aspects if grounded(a, task)]
+        kept = distinct([a for a in aspects if grounded(a, task)])
         if not kept:
             return Dropped(
                 stage=STAGE.name,
@@ -64,7 +77,7 @@ async def run(ctx: RunContext, tasks: Records) -> Records:
             task=task,
             rubric_aspects=kept,
             narrative=result.value.narrative,
-            ungrounded_aspects=[a for a in aspects if a not in kept],
+            ungrounded_aspects=[a for a in aspects if not grounded(a, task)],
             calls={"planner": result.key},
         )
 
