@@ -1,4 +1,5 @@
-"""`prb audit RUN`: a report on how a run's pairs were built and filtered.
+"""`prb audit RUN|RELEASE`: a report on how a run's pairs were built and filtered, or, for any
+release in the public schema (pipeline/release/load.py), on what separates its pairs.
 
 Writes `outputs/<run>/audit/`: `report.html` (with PNG plots in `plots/`), `summary.md`,
 `audit.json` (every figure, machine-readable) and `records/<pair_id>.json` for the pairs the
@@ -23,6 +24,7 @@ import jinja2
 import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
+from pipeline import probes
 from pipeline.checks import CHECKS, FilterConfig
 from pipeline.checks.blind import trials
 from pipeline.config import resolve_path
@@ -36,6 +38,7 @@ from pipeline.records import (
     RubricRecord,
     Task,
 )
+from pipeline.release.load import load_rows, user_key
 from pipeline.release.manifest import read_funnel
 from pipeline.stages import stage
 from pipeline.store import atomic_write, current_drops, latest
@@ -57,7 +60,8 @@ def resolve_run(run: str | Path) -> Path:
     if path.is_dir() and (path / "personas.jsonl").exists():
         return path.resolve()
     candidate = resolve_path("outputs") / str(run)
-    if candidate.is_dir():
+    plain_id = "/" not in str(run) and "\\" not in str(run) and str(run) not in ("", ".", "..")
+    if plain_id and (candidate / "personas.jsonl").exists():
         return candidate
     raise AuditError(f"{run}: neither a run directory nor a run id under {candidate.parent}")
 
@@ -366,19 +370,7 @@ def compute(data: RunData, worst_n: int = WORST_N) -> dict:
     }
 
 
-def write_report(run: str | Path, worst_n: int = WORST_N) -> Path:
-    run_dir = resolve_run(run)
-    data = load_run(run_dir)
-    if not data.personas:
-        raise AuditError(f"{run_dir}: no personas.jsonl: not a run, or it has not started")
-    out = run_dir / "audit"
-    report = compute(data, worst_n)
-    report["plots"] = _plots(data, frame(data.filters), report["funnel"], out / "plots")
-    by_id = {f.pair.pair_id: f for f in data.filters}
-    (out / "records").mkdir(parents=True, exist_ok=True)
-    for w in report["worst"]:
-        with atomic_write(out / w["link"]) as f:
-            json.dump(by_id[w["pair_id"]].model_dump(mode="json"), f, indent=2, sort_keys=True)
+def _env() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=jinja2.select_autoescape(["html"]),
@@ -387,6 +379,86 @@ def write_report(run: str | Path, worst_n: int = WORST_N) -> Path:
         lstrip_blocks=True,
     )
     env.filters["pct"] = lambda x: "n/a" if x is None else f"{x:.1%}"
+    return env
+
+
+def judge_probes(rows: list[dict], judge) -> list:
+    """The judge probes (pipeline/judge_probes.py) with `judge` = (run config, model id)."""
+    import asyncio
+
+    from pipeline.cache import ResponseCache
+    from pipeline.judge_probes import run
+    from pipeline.llm import LLM
+
+    cfg, model = judge
+
+    async def go():
+        cache = ResponseCache(cfg.cache_path)
+        llm = LLM(cfg.model, cache)
+        try:
+            return await run(rows, llm, model or cfg.model.judge)
+        finally:
+            await llm.aclose()
+            cache.close()
+
+    return asyncio.run(go())
+
+
+def probe_report(rows: list[dict], plots: Path, judge=None) -> dict:
+    """The leakage probes of a release's rows, with their plots written under `plots`; with
+    `judge` (run config, model), the judge probes too."""
+    results = probes.run_all(rows) + (judge_probes(rows, judge) if judge else [])
+    plots.mkdir(parents=True, exist_ok=True)
+    probes.plot(results, plots / "probes.png")
+    probes.plot_lengths(rows, plots / "lengths.png")
+    return {**probes.summary(results),
+            "plots": {"probes": "plots/probes.png", "lengths": "plots/lengths.png"}}  # fmt: skip
+
+
+def is_run(target: str | Path) -> bool:
+    try:
+        resolve_run(target)
+        return True
+    except AuditError:
+        return False
+
+
+def write_release_report(spec: str | Path, out: Path, judge=None) -> Path:
+    """`prb audit` on any release in the public schema (not a prb run): the leakage probes."""
+    rows, info = load_rows(spec)
+    report = {**info, "pairs": len(rows), "users": len({user_key(r) for r in rows}),
+              "by_category": dict(sorted(Counter(str(r["category"]) for r in rows).items())),
+              "probes": probe_report(rows, out / "plots", judge)}  # fmt: skip
+    report["warnings"] = [f"leakage probe: {name}" for name in report["probes"]["leaks"]]
+    env = _env()
+    for name, template in (("report.html", "release_audit.html.j2"),
+                           ("summary.md", "release_audit.md.j2")):  # fmt: skip
+        with atomic_write(out / name) as f:
+            f.write(env.get_template(template).render(r=report))
+    with atomic_write(out / "audit.json") as f:
+        json.dump(report, f, indent=2, sort_keys=True)
+    return out
+
+
+def write_report(run: str | Path, worst_n: int = WORST_N, judge=None) -> Path:
+    run_dir = resolve_run(run)
+    data = load_run(run_dir)
+    if not data.personas:
+        raise AuditError(f"{run_dir}: no personas.jsonl: not a run, or it has not started")
+    out = run_dir / "audit"
+    report = compute(data, worst_n)
+    report["plots"] = _plots(data, frame(data.filters), report["funnel"], out / "plots")
+    release = run_dir / "release"
+    report["probes"] = None
+    if (release / "README.md").exists():  # the released pairs, as anyone else would read them
+        report["probes"] = probe_report(load_rows(release)[0], out / "plots", judge)
+        report["warnings"] += [f"leakage probe: {n}" for n in report["probes"]["leaks"]]
+    by_id = {f.pair.pair_id: f for f in data.filters}
+    (out / "records").mkdir(parents=True, exist_ok=True)
+    for w in report["worst"]:
+        with atomic_write(out / w["link"]) as f:
+            json.dump(by_id[w["pair_id"]].model_dump(mode="json"), f, indent=2, sort_keys=True)
+    env = _env()
     for name, template in (("report.html", "audit.html.j2"), ("summary.md", "audit.md.j2")):
         with atomic_write(out / name) as f:
             f.write(env.get_template(template).render(r=report))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import re
 import signal
 import time
 from pathlib import Path
@@ -453,20 +454,62 @@ def release_push(
 @app.command()
 @guarded
 def audit(
-    run: str = typer.Argument(..., help="A run id under outputs/, or a run directory."),
-    worst: int = typer.Option(10, help="How many worst pairs to list."),
-):
-    """Report on a run: funnel, score distributions, length ratios, persona-blind accuracy."""
+    target: str = typer.Argument(
+        ..., metavar="RUN|RELEASE",
+        help="A run id under outputs/ or a run directory; or any release in the public schema: "
+        "a release folder (hub layout or prb's), a JSONL/JSON/Parquet file, or hf:NAME."),
+    worst: int = typer.Option(10, help="How many worst pairs to list (runs)."),
+    out: Path = typer.Option(None, help="Report folder for a release (default: "
+                             "outputs/audit/<release name>)."),
+    judge: bool = typer.Option(False, "--judge", help="Also the judge probes (persona-blind "
+                               "and counterfactual, a pairwise judge in both orders): needs "
+                               "an endpoint, or --sim."),
+    config: Path = typer.Option(None, help="Run config for the judge's endpoint, model and "
+                                "cache (default: default.yaml; demo.yaml with --sim)."),
+    base_url: str = typer.Option(None, help="OpenAI-compatible endpoint for the judge."),
+    model: str = typer.Option(None, help="Judge model (default: the config's judge)."),
+    sim: bool = typer.Option(False, help="Judge with the bundled simulator (implies --judge)."),
+):  # fmt: skip
+    """Report on a run (funnel, scores, length ratios, persona-blind accuracy, leakage probes)
+    or on any release (the leakage probes: what separates chosen from rejected without the
+    user); --judge adds the judge probes."""
+    import contextlib
     import json
 
-    from pipeline.audit import write_report
+    with contextlib.ExitStack() as stack:
+        judged = None
+        if judge or sim:
+            from pipeline.config import load_config
 
-    out = write_report(run, worst_n=worst)
+            config = config or REPO_ROOT / "configs" / ("demo.yaml" if sim else "default.yaml")
+            cfg = load_config(config, model__base_url=base_url)  # checked before anything runs
+            if sim:
+                from pipeline.sim.server import running
 
+                cfg = load_config(config, model__base_url=stack.enter_context(running()))
+            judged = (cfg, model)
+        out = _audit(target, worst, out, judged)
     console.print((out / "summary.md").read_text(), markup=False, highlight=False)
     if json.loads((out / "audit.json").read_text())["warnings"]:
         console.print("[yellow]the audit has warnings: see the top of the report[/yellow]")
     console.print(f"report: {out / 'report.html'}")
+
+
+def _audit(target: str, worst: int, out: Path | None, judged) -> Path:
+    from pipeline.audit import is_run, write_release_report, write_report
+    from pipeline.config import resolve_path
+    from pipeline.errors import safe_name
+
+    if is_run(target):
+        return write_report(target, worst_n=worst, judge=judged)
+    parts = [
+        p
+        for p in Path(target.removeprefix("hf:")).with_suffix("").parts
+        if p not in ("/", ".", "..")
+    ][-2:]  # e.g. demo/release -> demo-release
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(parts)).strip(".-_") or "release"
+    out = out or resolve_path("outputs") / "audit" / safe_name(name, "report name")
+    return write_release_report(target, out, judged)
 
 
 @app.command()
@@ -486,6 +529,17 @@ def show(
         print(json.dumps(info, indent=2, ensure_ascii=False))
     else:
         render(info, console)
+
+
+def default_eval_dir(release: str) -> Path:
+    """Next to a local release folder or file; under outputs/eval/ for hf:NAME."""
+    from pipeline.config import resolve_path
+
+    if release.startswith("hf:"):
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", release[3:]).strip(".-_") or "release"
+        return resolve_path("outputs") / "eval" / name
+    path = Path(release).resolve()
+    return path.parent / ("eval" if path.is_dir() else f"eval-{path.stem}")
 
 
 @app.command("eval")
@@ -517,7 +571,9 @@ def eval_command(
     candidates: Path = typer.Option(None, help="Best-of-N: JSONL of {id, candidates} to use."),
     generator: str = typer.Option(None, help="Best-of-N: generator model (default: config's)."),
     oracle: str = typer.Option(None, help="Best-of-N: oracle judge model (default: config's)."),
-):
+    blind: bool = typer.Option(True, help="After each LLM judge, the same judge without the "
+                               "user (context none): how much of its score needs the user."),
+):  # fmt: skip
     """Score reward models on a release: accuracy with 95% CIs, leaderboard, plot, per-pair JSON."""
     import contextlib
 
@@ -528,7 +584,7 @@ def eval_command(
     do_bon = len(args) == 2 and args[0] == "bon"
     if len(args) != 1 + do_bon:
         raise fail("usage: prb eval [bon] RELEASE [options]", 2)
-    release = Path(args[-1])
+    release = args[-1]  # any release (pipeline/release/load.py): a folder, a file, hf:NAME
     config = config or REPO_ROOT / "configs" / ("demo.yaml" if sim else "default.yaml")
     bon = {"n": n, "candidates": candidates, "generator": generator, "oracle": oracle}
     with contextlib.ExitStack() as stack:
@@ -544,10 +600,11 @@ def eval_command(
                 rm or ["random", "length", "overlap"],
                 cfg,
                 context=context,
-                out=out or release.resolve().parent / "eval",
+                out=out or default_eval_dir(release),
                 n_resamples=bootstrap,
                 seed=seed,
                 bon=bon if do_bon else None,
+                blind_variants=blind and not do_bon,  # BoN: only the models asked for
             )
         )
     _print_frame(summary["leaderboard"], "reward-model leaderboard (pairwise accuracy)")

@@ -179,6 +179,8 @@ class PairScore(Record):
     words_chosen: int
     words_rejected: int
     error: str | None = None
+    ab: str | None = None  # a pairwise judge's verdict with chosen shown as A
+    ba: str | None = None  # ... and with chosen shown as B
 
 
 class BonPick(Record):

@@ -124,9 +124,9 @@ def test_release_and_spec_errors_name_the_culprit(tmp_path):
     path = bad / CATS[0] / "test-00000-of-00001.parquet"
     path.parent.mkdir(parents=True)
     datasets.Dataset.from_list([{"id": "x", "question": "q"}]).to_parquet(str(path))
-    with pytest.raises(ReleaseError, match="missing columns"):
+    with pytest.raises(ReleaseError, match=r"bad: row 'x' lacks the public column\(s\)"):
         load_release(bad)
-    with pytest.raises(ReleaseError, match="not a release folder"):
+    with pytest.raises(ReleaseError, match="no such file or folder"):
         load_release(tmp_path / "nowhere")
     with pytest.raises(SpecError, match="unknown kind 'bert'"):
         parse_spec("bert", llm=None, judge_model="", context="none")
@@ -235,7 +235,7 @@ def test_cli_writes_leaderboard_plot_and_per_pair_json(tmp_path, sim_url):
     assert detail["context"] == "none" and len(detail["pairs"]) == 34
     assert all(p["score_chosen"] is not None for p in detail["pairs"])
     bad = CliRunner().invoke(app, ["eval", str(tmp_path / "none"), "--config", str(config)])
-    assert bad.exit_code == 2 and "not a release folder" in bad.output
+    assert bad.exit_code == 2 and "no such file or folder" in bad.output
 
 
 # --- Best-of-N ----------------------------------------------------------------------------------
@@ -257,7 +257,7 @@ def test_correlation_matches_hand_computed_values():
 def test_bon_from_file_and_from_the_generator(tmp_path, sim_url):
     rows = persona_rows(6)
     release = write_release(tmp_path / "run" / "release", rows)
-    fitted = f"In plain terms, no experience needed. Short version: {POINTS}"
+    fitted = f"In plain terms, no experience needed. Essentials only: {POINTS}"
     generic = f"Here is a general overview. {POINTS}"
     longest = f"Here is a long and general overview that applies to most people. {POINTS} " * 2
     cands = tmp_path / "cands.jsonl"

@@ -51,7 +51,8 @@ def test_every_pair_is_recorded_with_scores_and_reasons(degraded_run):
     assert len(records) == len(pairs) == 9
     for r in records:
         assert r.kept == (not r.reasons)
-        assert set(r.checks) == {c.name for c in CHECKS} and not r.skipped  # evaluate_all
+        on = {c.name for c in CHECKS if c.enabled(FilterConfig())}  # opt-in ones are off
+        assert set(r.checks) == on and not r.skipped  # evaluate_all
         q, a = read(r, "quality"), read(r, "adherence")
         assert q.chosen and q.rejected and read(r, "blind")
         assert len(a.aspects_chosen) == len(a.aspects_rejected) == len(r.pair.rubric_aspects)

@@ -22,7 +22,7 @@ from pipeline.errors import NothingReleased
 CATEGORIES = ["Art_and_Entertainment", "Society_and_Culture"]
 LAX = {  # a 135M judge scores almost at random: let pairs through, this tests the machinery
     "min_quality": 1.0, "max_quality_gap": 4.0, "min_adherence_chosen": 0.0,
-    "max_adherence_rejected": 1.0, "min_length_ratio": 0.1, "max_length_ratio": 10.0,
+    "max_adherence_rejected": 1.0, "min_length_ratio": 0.01, "max_length_ratio": 100.0,
     "max_answer_similarity": 1.0, "drop_blind_separated": False, "drop_prompt_echo": False,
 }  # fmt: skip
 

@@ -94,8 +94,7 @@ def test_prb_stays_under_the_limit_without_429s(sim_factory, model):
 def test_without_limits_the_same_burst_meets_429s(sim_factory):
     """Today's behaviour, kept behind `rate_limits_from_headers: false`: what the limiter saves."""
     url = sim_factory(rpm=RPM, latency_ms=20)
-    out, _ = asyncio.run(burst(url, 60, rate_limits_from_headers=False))
-    assert not [r for r in out if isinstance(r, LLMError)]  # retries get there in the end
+    asyncio.run(burst(url, 60, rate_limits_from_headers=False))  # some may run out of retries
     assert stats(url)["rate_limited"] >= 20
 
 

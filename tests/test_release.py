@@ -151,8 +151,9 @@ def test_card_and_manifest_say_how_it_was_made(runs):
     for prompt in manifest["prompts"].values():
         assert prompt["sha256"][:12] in card
     assert manifest["run_id"] == "two"
+    # every prompt a build can call, the opt-in counterfactual check's included
     used = {"planner", "content_plan", "chosen", "rejected", "judge_quality", "judge_adherence",
-            "judge_blind"}  # fmt: skip
+            "judge_blind", "rm_pairwise"}  # fmt: skip
     assert set(manifest["prompts"]) == used
 
 

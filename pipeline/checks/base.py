@@ -48,11 +48,13 @@ class Check:
     cost: int = 0  # judge calls per pair; model-free checks (0) run before any call
     tasks: tuple[str, ...] = ()  # prompt tasks it calls (in the build fingerprint and manifest)
     samples: dict[str, dict] = field(default_factory=dict)  # task -> variables (preflight)
-    calls: Callable[[Pair], list[Call]] = _none  # its judge calls for a pair
+    # its judge calls for a pair (and what `prepare` made, for a check that has one)
+    calls: Callable[..., list[Call]] = _none
     call_names: tuple[str, ...] = ()  # the names those calls are recorded under, in order
     # (pair, answers by call name, what `prepare` made) -> result; a failed call is absent
     measure: Callable[[Pair, dict[str, CallResult], Any], BaseModel] | None = None
     prepare: Callable[[Iterable[Pair], Any], Any] | None = None  # one pass over all pairs
+    enabled: Callable[[Any], bool] = lambda _: True  # settings -> runs at all (opt-in checks)
     flags: Callable[[Any], list[str]] = _none  # warnings recorded whether or not it drops
     # release: top-level columns it adds: name -> (dtype names, card text, value of a result)
     columns: dict[str, tuple[Any, str, Callable[[Any], Any]]] = field(default_factory=dict)

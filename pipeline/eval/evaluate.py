@@ -13,46 +13,21 @@ import json
 import math
 from pathlib import Path
 
-import datasets
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 from scipy import stats
 
 from pipeline import progress
-from pipeline.errors import PrbError
 from pipeline.eval.report import bar_plot, leaderboard, slug, to_markdown
 from pipeline.eval.rewards import Query, RewardModel, user_context
 from pipeline.llm import LLMError, PermanentLLMError
 from pipeline.records import PairScore
-from pipeline.release.schema import PUBLIC
-
-
-class ReleaseError(PrbError, ValueError):
-    """A release folder that cannot be evaluated; the message names the folder or the row."""
+from pipeline.release.load import ReleaseError, load_rows  # noqa: F401  (re-exported)
 
 
 def load_release(path: str | Path) -> list[dict]:
-    path = Path(path)
-    if not path.is_dir():
-        raise ReleaseError(f"{path}: not a release folder")
-    files = sorted(path.glob("*/test-*.parquet"))
-    if not files:
-        raise ReleaseError(f"{path}: no */test-*.parquet data files: not a release folder")
-    try:
-        # read straight from the Parquet files: datasets' cache keys a local folder by its name
-        # and layout, not its content, and served another release's rows for a rebuilt one
-        ds = datasets.Dataset(pa.concat_tables([pq.read_table(f) for f in files]))
-    except Exception as e:  # Arrow raises many types for unreadable files
-        raise ReleaseError(f"{path}: cannot read the release's Parquet files: {e}") from None
-    missing = [c for c in PUBLIC if c not in ds.column_names]
-    if missing:
-        raise ReleaseError(f"{path}: missing columns {missing}")
-    rows = ds.to_list()
-    for r in rows:
-        if not r["chosen"] or not r["rejected"] or not r["question"]:
-            raise ReleaseError(f"{path}: row {r['id']!r} has an empty question or answer")
-    return rows
+    """The rows of any release in the public schema (pipeline/release/load.py): prb's, the
+    official hub layout (every config when there is no default), a flat file, or hf:NAME."""
+    return load_rows(path)[0]
 
 
 def words(text: str) -> int:
@@ -71,8 +46,10 @@ async def score_pairs(rm: RewardModel, rows: list[dict]) -> list[PairScore]:
 
 async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairScore]:
 
-    def result(row, sc, sr, error=None) -> PairScore:
+    def result(row, sc, sr, error=None, ab=None, ba=None) -> PairScore:
         return PairScore(
+            ab=ab,
+            ba=ba,
             id=row["id"],
             category=row["category"],
             score_chosen=sc,
@@ -107,7 +84,7 @@ async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairSco
                 )
                 points = {"A": 1.0, "tie": 0.5, "B": 0.0}
                 sc = points[ab] + 1 - points[ba]
-                return result(row, sc, 2 - sc)
+                return result(row, sc, 2 - sc, ab=ab, ba=ba)
             sc, sr = await rm.score_many([c, r])
             return result(row, sc, sr)
         except PermanentLLMError:
@@ -171,11 +148,43 @@ def metrics(scores: list[PairScore], n_resamples: int = 1000, seed: int = 0) -> 
         "ties": sum(s.error is None and s.score_chosen == s.score_rejected for s in scores),
         "errors": sum(s.error is not None for s in scores),
         "longer_preferred": longer_preferred(scores),
+        **position_split(scores),
     }
 
 
+def position_split(scores: list[PairScore]) -> dict:
+    """A pairwise judge's accuracy with chosen shown as A and as B (a tie half): a gap between
+    them is position bias. Empty for pointwise models."""
+    points = {"A": 1.0, "tie": 0.5, "B": 0.0}
+    as_a = [points[s.ab] for s in scores if s.ab in points]
+    as_b = [1.0 - points[s.ba] for s in scores if s.ba in points]
+    if not as_a and not as_b:
+        return {}
+    return {"chosen_as_a": float(np.mean(as_a)) if as_a else None,
+            "chosen_as_b": float(np.mean(as_b)) if as_b else None}  # fmt: skip
+
+
+def with_blind_variants(rms: list[RewardModel]) -> list[RewardModel]:
+    """After each LLM judge that sees the user, the same judge without the user (context
+    `none`): how much of its score needs the user. Not added when already asked for."""
+    import dataclasses
+
+    names = {rm.name for rm in rms}
+    out = []
+    for rm in rms:
+        out.append(rm)
+        if getattr(rm, "llm", None) is not None and rm.context != "none":
+            blind = dataclasses.replace(
+                rm, context="none", options={**rm.options, "context": "none"}
+            )
+            if blind.name not in names:
+                blind.blind_of = rm.name
+                out.append(blind)
+    return out
+
+
 def _release_info(release: Path) -> dict:
-    manifest = release / "manifest.json"
+    manifest = Path(release) / "manifest.json"
     info = {"path": str(release)}
     if manifest.is_file():
         m = json.loads(manifest.read_text(encoding="utf-8"))
@@ -187,7 +196,6 @@ async def evaluate(
     release: Path, rms: list[RewardModel], n_resamples: int = 1000, seed: int = 0
 ) -> tuple[list[dict], list[dict]]:
     """Score every model on the release: (rows, one result dict per model)."""
-    release = Path(release)
     rows = load_release(release)
     results = []
     for rm in rms:
@@ -200,6 +208,7 @@ async def evaluate(
                 "kind": rm.kind,
                 "context": rm.context,
                 "options": rm.options,
+                "blind_of": getattr(rm, "blind_of", None),
                 "release": _release_info(release),
                 "scoring": "won iff score_chosen > score_rejected; ties and errors lose",
                 "bootstrap": {"resamples": n_resamples, "seed": seed, "method": "percentile"},
@@ -249,6 +258,7 @@ async def run(
     n_resamples: int = 1000,
     seed: int = 0,
     bon: dict | None = None,
+    blind_variants: bool = True,
 ) -> dict:
     """What `prb eval` does: build the adapters, score the release, write the results; with
     `bon` (n, candidates, generator, oracle) also the Best-of-N check under out/bon/."""
@@ -260,6 +270,8 @@ async def run(
     llm = LLM(cfg.model, cache)
     try:
         rms = [parse_spec(s, llm=llm, judge_model=cfg.model.judge, context=context) for s in specs]
+        if blind_variants:
+            rms = with_blind_variants(rms)
         rows, results = await evaluate(release, rms, n_resamples, seed)
         summary = {"leaderboard": leaderboard(results), "paths": write_results(results, rows, out)}
         if bon is not None:
@@ -280,7 +292,7 @@ async def _run_bon(release, rows, rms, results, llm, cfg, out, seed, opts) -> di
         source = f"file {opts['candidates']}"
         failed = {r["id"]: "no candidates in the file" for r in rows if r["id"] not in candidates}
     else:
-        manifest = release / "manifest.json"
+        manifest = Path(release) / "manifest.json"  # hf:NAME has none: the default budget
         budget = 100
         if manifest.is_file():
             config = json.loads(manifest.read_text("utf-8")).get("config", {})

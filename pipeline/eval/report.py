@@ -29,12 +29,25 @@ def leaderboard(results: list[dict]) -> pd.DataFrame:
         row |= {f"acc_{c}": v["accuracy"] for c, v in m["per_category"].items()}
         row |= {
             "longer_preferred": m["longer_preferred"],
+            "chosen_as_a": m.get("chosen_as_a", math.nan),
+            "chosen_as_b": m.get("chosen_as_b", math.nan),
             "ties": m["ties"],
             "errors": m["errors"],
             "n": m["n"],
+            "blind_of": r.get("blind_of"),
         }
         rows.append(row)
-    df = pd.DataFrame(rows).sort_values(["accuracy", "model"], ascending=[False, True])
+    # by accuracy, each judge's blind variant (context none) on the row after it, with the
+    # accuracy the user adds (`needs_user`: with the user minus without) on the judge's row
+    blind = {r["blind_of"]: r for r in rows if r["blind_of"]}
+    order = sorted((r for r in rows if not r["blind_of"]),
+                   key=lambda r: (-r["accuracy"], r["model"]))  # fmt: skip
+    out = []
+    for r in order:
+        b = blind.get(r["model"])
+        r["needs_user"] = r["accuracy"] - b["accuracy"] if b else math.nan
+        out += [r, {**b, "needs_user": math.nan}] if b else [r]
+    df = pd.DataFrame(out).drop(columns=["blind_of"])
     return df.reset_index(drop=True)
 
 

@@ -35,10 +35,22 @@ class SpecError(PrbError, ValueError):
 
 def user_context(row: dict, mode: str) -> str:
     """The user context a reward model sees, rendered from one release row."""
-    if mode == "profile":
-        return "\n".join(f"[{p['id']}] {p['text']}" for p in row["profile"])
+    if mode == "profile":  # a list of posts (with or without ids), or one text
+        posts = row["profile"]
+        if isinstance(posts, str):
+            return posts
+        return "\n".join(
+            (f"[{p['id']}] {p.get('text', '')}" if p.get("id") else p.get("text", ""))
+            if isinstance(p, dict) else str(p)
+            for p in posts
+        )  # fmt: skip
     if mode == "aspects":
-        return "\n".join(f"{i}. {a['aspect']}" for i, a in enumerate(row["rubric_aspects"], 1))
+        aspects = row["rubric_aspects"]
+        if isinstance(aspects, str):
+            return aspects
+        return "\n".join(
+            f"{i}. {a['aspect'] if isinstance(a, dict) else a}" for i, a in enumerate(aspects, 1)
+        )
     if mode == "narrative":
         return row["narrative"] or ""
     if mode == "none":

@@ -97,7 +97,11 @@ def to_row(f: FilterRecord, ann: AnnotationRecord) -> dict:
     results = {c.name: c.read(f) for c in CHECKS}
     for c in CHECKS:
         row |= {name: value(results[c.name]) for name, (_, _, value) in c.columns.items()}
-    row["pair_checks"] = {k: v for c in CHECKS for k, v in c.released(results[c.name]).items()}
+    row["pair_checks"] = {  # a check switched off (counterfactual by default) leaves nulls
+        k: v for c in CHECKS
+        for k, v in (c.released(results[c.name]) if results[c.name] is not None
+                     else dict.fromkeys(c.features)).items()
+    }  # fmt: skip
     return row | {
         "annotation": ann.model_dump(exclude={"pair_id"}),
         "generator_model": p.generator_model,

@@ -29,7 +29,9 @@ def _not_found(what: str, ident: str) -> JSONResponse:
     )
 
 
-def answer_line(line: dict, models: tuple[str, ...], degrade_rate: float) -> dict:
+def answer_line(
+    line: dict, models: tuple[str, ...], degrade_rate: float, leaky: bool = False
+) -> dict:
     """One Batch API output line for one input line."""
     custom_id = line.get("custom_id", "")
     body = line.get("body") or {}
@@ -41,7 +43,9 @@ def answer_line(line: dict, models: tuple[str, ...], degrade_rate: float) -> dic
             "error": {"code": "invalid_request", "message": "unknown url or model"},
         }
     task = custom_id.split(":", 1)[0] if ":" in custom_id else None
-    content = respond(task, body.get("messages", []), body["model"], body.get("seed"), degrade_rate)
+    content = respond(
+        task, body.get("messages", []), body["model"], body.get("seed"), degrade_rate, leaky
+    )
     prompt_tokens = sum(len((m.get("content") or "").split()) for m in body.get("messages", []))
     completion_tokens = len(content.split())
     completion = {
@@ -114,7 +118,7 @@ def make_router(opts, models: tuple[str, ...]) -> APIRouter:
         lines = [json.loads(x) for x in files[batch["input_file_id"]]["data"].splitlines() if x]
         out, errors = [], []
         for i, line in enumerate(lines):
-            result = answer_line(line, models, opts.degrade_rate)
+            result = answer_line(line, models, opts.degrade_rate, opts.leaky)
             (out if result["error"] is None else errors).append(json.dumps(result))
             opts.stats["batch_lines"] += 1
             if i % 200 == 199:

@@ -32,10 +32,16 @@ def detect_task(header: str | None, t: dict[str, str]) -> str:
 
 
 def respond(
-    task: str | None, messages: list[dict], model: str, seed: int | None, degrade_rate: float = 0.0
+    task: str | None,
+    messages: list[dict],
+    model: str,
+    seed: int | None,
+    degrade_rate: float = 0.0,
+    leaky: bool = False,
 ) -> str:
     """The answer to one chat request. `degrade_rate` turns that fraction of rejected answers
-    (chosen by request hash, so deterministically) into an unhelpful one, for testing filters."""
+    (chosen by request hash, so deterministically) into an unhelpful one, for testing filters;
+    `leaky` writes rejected answers that differ in more than personal fit (for the probes)."""
     system = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "system")
     user = "\n".join(m.get("content") or "" for m in messages if m.get("role") != "system")
     t = responder.tags(user)
@@ -45,7 +51,7 @@ def respond(
         "planner": lambda: responder.planner(t, rng),
         "content_plan": lambda: responder.content_plan(t, rng),
         "chosen": lambda: responder.chosen(t, system, rng),
-        "rejected": lambda: responder.rejected(t, system, rng),
+        "rejected": lambda: responder.rejected(t, system, rng, leaky),
         "judge_quality": lambda: responder.judge_quality(t, rng),
         "judge_adherence": lambda: responder.judge_adherence(t, rng),
         "judge_blind": lambda: responder.judge_blind(t, rng),

@@ -145,30 +145,30 @@ STYLES = [
         r"complete(?:ly)? new|jargon|don't know what)",
         "Explain in plain language for a beginner and define any term",
         "In plain terms",
-        "In plain terms, you need no experience to begin, and every step is explained.",
+        "In plain terms, you can begin with no experience at all.",
     ),
     _s(
         "expert",
         r"\b(professional|for \d+ years|years of|advanced|technical|my clients|"
         r"I teach|seasoned)",
         "Use precise technical vocabulary and skip the basics",
-        "Technically speaking",
-        "Technically speaking, the variables that matter are consistency and progression.",
+        "For a practitioner",
+        "For a practitioner, your key variables are consistency and load progression.",
     ),
     _s(
         "brief",
         r"\b(short|tl;?dr|quick answer|skim|too long|just tell me|keep it brief)",
         "Keep it short and limited to the essentials",
-        "Short version",
-        "Short version, essentials only.",
+        "Essentials only",
+        "Essentials only, with nothing here that you would need to skip.",
     ),
     _s(
         "in_depth",
         r"\b(why exactly|in detail|deep dive|trade-?offs|nuance|thorough|"
         r"the reasoning)",
         "Give the reasoning and trade-offs behind each point",
-        "The reasoning",
-        "The reasoning behind each point is that small, steady changes outlast big ones.",
+        "why each point matters",
+        "Here is why each point matters for you: steady change lasts.",
     ),
     _s(
         "bullets",
@@ -186,15 +186,15 @@ STYLES = [
         "casual",
         r"\b(lol|haha|honestly|gonna|kinda|mate|dude|!!)",
         "Keep a relaxed, friendly tone",
-        "Honestly,",
-        "Honestly, this is easier than it looks, so no stress.",
+        "No stress,",
+        "No stress, this is much easier than it looks for you.",
     ),
     _s(
         "formal",
         r"\b(kindly|regards|professional manner|precise|formally)",
         "Use a formal, precise register",
         "Please note that",
-        "Please note that the recommendations below are given in order of priority.",
+        "Please note that your recommendations below follow in order of priority.",
     ),
     _s(
         "warm",
@@ -202,85 +202,85 @@ STYLES = [
         r"worried)",
         "Be encouraging and reassuring about the user's worries",
         "It's completely normal to feel unsure",
-        "It's completely normal to feel unsure, and you are already on the right track.",
+        "It's completely normal to feel unsure, and you are on track.",
     ),
     _s(
         "blunt",
         r"\b(no fluff|straight|cut to|don't sugar|blunt|get to the point)",
         "Be direct and skip pleasantries",
         "Bottom line:",
-        "Bottom line: do these things and skip the rest.",
+        "Bottom line: do these things, and you can skip the rest.",
     ),
     _s(
         "budget",
         r"\b(budget|afford|cheap|broke|money|expensive|cost|pension|student loan)",
         "Keep every suggestion low-cost or free",
-        "on a tight budget",
-        "Everything here works on a tight budget or costs nothing.",
+        "spending little or nothing",
+        "All of this works well for you spending little or nothing.",
     ),
     _s(
         "time",
         r"\b(busy|minutes|no time|shifts?|commute|kids|lunch break)",
         "Fit the advice into a few minutes a day",
-        "with only a few minutes a day",
-        "All of it fits into a busy week with only a few minutes a day.",
+        "in small daily sessions",
+        "Each point fits easily into your day in small daily sessions.",
     ),
     _s(
         "health",
         r"\b(knee|back pain|arthritis|injur|chronic|fatigue|energy|wheelchair|"
         r"illness)",
         "Respect the user's physical limits and energy",
-        "at a pace your body allows",
-        "Take each point at a pace your body allows and rest when you need to.",
+        "the pace your body allows",
+        "Take each point at the pace your body allows, with rests.",
     ),
     _s(
         "access",
         r"\b(blind|low vision|deaf|hearing|screen reader|dyslex|captions)",
         "Suggest options that work with the user's accessibility needs",
         "accessible options",
-        "Wherever there is a choice, pick accessible options that work for you.",
+        "Where there is a choice, pick accessible options that suit you.",
     ),
     _s(
         "sustain",
         r"\b(eco|sustainab|waste|second-?hand|plastic|environment|ethical)",
         "Prefer low-waste, sustainable options",
-        "the sustainable choice",
-        "Second-hand or low-waste gear is the sustainable choice here.",
+        "the greener choice",
+        "Used or long-lasting gear is the greener choice for you here.",
     ),
     _s(
         "faith",
         r"\b(church|mosque|temple|prayer|faith|halal|kosher|ramadan|sabbath|diwali)",
         "Respect the user's religious practice",
-        "in keeping with your faith",
-        "Each suggestion can be arranged in keeping with your faith.",
+        "in keeping with your beliefs",
+        "Each suggestion here can be arranged in keeping with your beliefs.",
     ),
     _s(
         "evidence",
         r"\b(studies|evidence|research|data|scientific|proof|skeptic)",
         "Back claims with evidence, no folk wisdom",
-        "the evidence suggests",
-        "Where studies exist, the evidence suggests these points work.",
+        "tested in trials",
+        "These points all hold up, tested in trials you can trust.",
     ),
     _s(
         "tradition",
         r"\b(tradition|heritage|grandmother|ancestors|customs?|elders)",
         "Respect tradition and established custom",
-        "the traditional way",
-        "Where it fits, start from the traditional way your family knows.",
+        "the way your family knows",
+        "Where it fits, start out from the way your family knows.",
     ),
     _s(
         "career",
         r"\b(career|portfolio|client|job|promotion|income|paid work|hire)",
         "Connect the advice to the user's career goals",
-        "for your career",
-        "Each point also builds something useful for your career.",
+        "for your working life",
+        "Each point also builds something quite useful for your working life.",
     ),
     _s(
         "social",
         r"\b(friends|community|club|group|meet people|lonely|together)",
         "Point to ways of sharing this with other people",
         "with other people",
-        "Most of this is more fun and easier to keep up with other people.",
+        "Most of this is more fun for you with other people.",
     ),
 ]
 STYLE_BY_ASPECT = {s.aspect.lower(): s for s in STYLES}
@@ -290,7 +290,7 @@ FALLBACK = Style(
     re.compile("$^"),
     "Tie the advice to the user's own situation",
     "given what you have shared",
-    "I have shaped this given what you have shared about yourself.",
+    "This answer is shaped given what you have shared with me.",
 )
 LAYOUTS = {"bullets", "steps"}
 
@@ -492,13 +492,61 @@ def _rejected_layout(strategy: str, wanted: set[str], rng: random.Random) -> str
     return "prose"
 
 
-def rejected(t: dict[str, str], system: str, rng: random.Random) -> str:
-    """Same key points, same order, about the same length as the chosen answer would have, in a
-    register picked by the strategy; it carries no marker of any wanted aspect."""
+# Whose answer a rejected one is written as: a fixed derangement of the styles, opposite styles
+# swapped and the others in cycles of phrases of about the same length. Each opening sentence is
+# then some users' chosen and other users' rejected, about as often, so no sentence and no
+# length marks an answer as rejected without knowing the user.
+MISFIT = {"novice": "expert", "expert": "novice", "brief": "in_depth", "in_depth": "brief",
+          "casual": "formal", "formal": "casual", "warm": "blunt", "blunt": "warm",
+          "budget": "time", "time": "faith", "faith": "tradition", "tradition": "career",
+          "career": "budget", "health": "access", "access": "sustain", "sustain": "social",
+          "social": "health", "evidence": "personal", "personal": "evidence"}  # fmt: skip
+
+
+# How far along MISFIT each strategy goes, and how it orders its sentences: every strategy is
+# still a derangement of the styles (balanced), but they miss the user in different ways.
+STEPS = {"ignore_aspects": 1, "wrong_expertise": 2, "wrong_tone": 3, "wrong_format": 1}
+
+
+def _misfit_styles(styles: list[Style], strategy: str, rng: random.Random) -> list[Style]:
+    """For each style the user wants (layouts aside), a style along MISFIT (`STEPS[strategy]`
+    steps on) that the user does not want and the answer does not use yet."""
+    by_tag = {**STYLE_BY_TAG, FALLBACK.tag: FALLBACK}
+    wanted = {s.tag for s in styles}
+    picks: list[Style] = []
+    for s in styles:
+        if s.tag in LAYOUTS:
+            continue
+        t = s.tag
+        for _ in range(STEPS.get(strategy, 1)):
+            t = MISFIT[t]
+        for _ in range(len(MISFIT)):
+            if t not in wanted and all(p.tag != t for p in picks):
+                picks.append(by_tag[t])
+                break
+            t = MISFIT[t]
+    if strategy == "wrong_expertise":
+        picks.reverse()
+    elif strategy == "wrong_tone":
+        picks = picks[1:] + picks[:1]
+    return picks
+
+
+def rejected(t: dict[str, str], system: str, rng: random.Random, leaky: bool = False) -> str:
+    """Same key points, same order, about the same length as the chosen answer, opening with
+    the sentences of styles this user does not want (the opposite ones where they exist); it
+    carries no marker of any wanted aspect. `leaky` (the simulator's `--leaky`) writes it the
+    careless way instead: a generic register of its own, hedged and shorter."""
     styles = styles_of(numbered(t.get("aspects") or t.get("avoid_aspects", "")))
     wanted = {s.tag for s in styles}
     strategy = t.get("strategy") or tags(system).get("strategy") or "ignore_aspects"
     points = bullets(t.get("key_points", ""))
+    fmt = _rejected_layout(strategy, wanted, rng)
+    if not leaky:
+        opener = " ".join(s.phrase for s in _misfit_styles(styles, strategy, rng))
+        return trim(f"{opener or 'Here is what I would suggest.'}\n{layout(points, fmt)}",
+                    budget(system))  # fmt: skip
+    points = [f"It may depend, but perhaps {p[0].lower()}{p[1:]}" for p in points[:-1]]
     register = _rejected_register(strategy, wanted, rng)
     pool = REGISTERS[register][:]
     rng.shuffle(pool)
@@ -506,7 +554,6 @@ def rejected(t: dict[str, str], system: str, rng: random.Random) -> str:
     opener: list[str] = []
     while sum(len(x.split()) for x in opener) < target and len(opener) < 2 * len(pool):
         opener.append(pool[len(opener) % len(pool)])
-    fmt = _rejected_layout(strategy, wanted, rng)
     return trim(" ".join(opener) + "\n" + layout(points, fmt), budget(system))
 
 

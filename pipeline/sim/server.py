@@ -41,6 +41,7 @@ class SimOptions:
     rate_slow: float = 0.0
     slow_s: float = 30.0
     degrade_rate: float = 0.0
+    leaky: bool = False  # rejected answers shorter, hedged, in a register of their own
     seed: int = 0
     fault_tasks: str = ""  # comma-separated prompt tasks the faults hit (X-PRB-Task); "" = all
     retry_after: str = "0"  # the 429s' Retry-After header; "" sends none
@@ -221,6 +222,7 @@ def create_app(opts: SimOptions) -> FastAPI:
             body["model"],
             body.get("seed"),
             opts.degrade_rate,
+            opts.leaky,
         )
         finish_reason = "stop"
         if roll < cum[2]:
@@ -282,6 +284,7 @@ OPTION_FLAGS = {
     "rate_slow": "--rate-slow",
     "slow_s": "--slow-s",
     "degrade_rate": "--degrade-rate",
+    "leaky": "--leaky",
     "fault_tasks": "--fault-tasks",
     "retry_after": "--retry-after",
     **{name: "--" + name.replace("_", "-") for name in extra_faults.EXTRA_RATES},
@@ -307,7 +310,10 @@ def running(port: int | None = None, startup_timeout: float = 30.0, **options):
     port = port or free_port()
     cmd = [sys.executable, "-m", "pipeline.sim", "--port", str(port)]
     for name, value in options.items():
-        cmd += [OPTION_FLAGS[name], str(value)]
+        if isinstance(value, bool):  # a switch: present or not
+            cmd += [OPTION_FLAGS[name]] if value else []
+        else:
+            cmd += [OPTION_FLAGS[name], str(value)]
     proc = subprocess.Popen(cmd)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -338,7 +344,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--port", type=int, default=8000)
     defaults = SimOptions()
     for name, flag in OPTION_FLAGS.items():
-        ap.add_argument(flag, type=type(getattr(defaults, name)), default=getattr(defaults, name))
+        default = getattr(defaults, name)
+        if isinstance(default, bool):
+            ap.add_argument(flag, action="store_true")
+        else:
+            ap.add_argument(flag, type=type(default), default=default)
     args = ap.parse_args(argv)
     opts = SimOptions(**{name: getattr(args, name) for name in OPTION_FLAGS})
     print(f"prb simulator on http://127.0.0.1:{args.port}/v1", flush=True)

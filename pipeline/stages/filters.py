@@ -25,6 +25,11 @@ from pipeline.stages.base import RunContext, Stage, process_stage
 from pipeline.store import Records
 
 
+def calls_of(check, pair: Pair, shared: dict) -> list:
+    """A check's judge calls for a pair; a check with a `prepare` also gets what it made."""
+    return check.calls(pair, shared[check.name]) if check.prepare else check.calls(pair)
+
+
 def unsettled(record: FilterRecord) -> bool:
     """A judge call that ran out of retries on a flaky endpoint: judge the pair again."""
     return any(is_transient(r) for r in record.reasons)
@@ -34,14 +39,15 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
     cfg = ctx.cfg.filters
     prompts = {t: load_prompt(t) for t in check_tasks()}
     judge = ctx.cfg.model.judge
-    shared = {c.name: c.prepare(pairs, cfg) for c in CHECKS if c.prepare}  # one pass over all
+    on = [c for c in CHECKS if c.enabled(cfg)]  # an opt-in check switched off never runs
+    shared = {c.name: c.prepare(pairs, cfg) for c in on if c.prepare}  # one pass over all
     # evaluate_all asks every judge at once; otherwise every model-free check first (they cost
     # nothing), then one judge check at a time, cheapest first (in batch mode all judges in one
     # round: a round costs a job's turnaround there, and a call saved is not worth a day)
-    free = [c for c in by_cost() if not c.cost]
-    judges = [c for c in by_cost() if c.cost]
+    free = [c for c in by_cost() if not c.cost and c in on]
+    judges = [c for c in by_cost() if c.cost and c in on]
     if cfg.evaluate_all:
-        rounds = [list(CHECKS)]
+        rounds = [on]
     elif ctx.llm.batched:
         rounds = [free, judges]
     else:
@@ -67,7 +73,7 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
             if (any(reasons.values()) or errors) and not cfg.evaluate_all:  # dropped already
                 skipped += [c.name for c in group]
                 continue
-            planned = [(c, call) for c in group for call in c.calls(pair)]
+            planned = [(c, call) for c in group for call in calls_of(c, pair, shared)]
             answers = await asyncio.gather(*(ask(call) for _, call in planned))
             for (_, call), answer in zip(planned, answers, strict=True):
                 if isinstance(answer, LLMError):

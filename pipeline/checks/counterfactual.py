@@ -1,0 +1,114 @@
+"""Counterfactual persona check (a judge, off by default: `filters.counterfactual: true`).
+
+A pairwise judge compares the pair, in both A/B orders, under the user's own profile and again
+under a contrasting user's (pipeline/contrast.py: the same category, conflicting preferences).
+Chosen's advantage is its points over the two orders (a win 1, a tie 0.5). A pair is personal
+only if that advantage shrinks or flips under the contrasting profile; one whose advantage holds
+(at least as large, and more than half the points under the true profile) is won on something
+other than this user: dropped as `counterfactual_not_personal`. Four calls per pair.
+"""
+
+from __future__ import annotations
+
+from pipeline.checks.base import Call, Check
+from pipeline.contrast import User, contrasts
+from pipeline.records import Record
+
+
+class Settings(Record):
+    counterfactual: bool = False  # four judge calls per pair: an opt-in
+
+
+class Result(Record):
+    contrast_user: str
+    true_ab: str  # verdicts with chosen shown as A / as B, under the true profile
+    true_ba: str
+    contrast_ab: str
+    contrast_ba: str
+    advantage_true: float  # chosen's points over both orders, 0-2
+    advantage_contrast: float
+
+
+def profile_text(profile) -> str:
+    return "\n".join(f"[{p.id}] {p.text}" for p in profile)
+
+
+def prepare(pairs, cfg) -> dict[str, User]:
+    users = {
+        p.pair_id: User(
+            key=p.task.persona.persona_id,
+            category=p.task.persona.category,
+            aspects=" ".join(a.aspect for a in p.rubric_aspects),
+            levels={f.dimension: f.level for f in p.task.persona.preferences},
+            profile=p.task.persona.profile,
+        )
+        for p in pairs
+    }
+    return contrasts(users)
+
+
+def calls(pair, contrast: dict[str, User] | None) -> list[Call]:
+    other = (contrast or {}).get(pair.pair_id)
+    if other is None:
+        return []
+    q, c, r = pair.task.question, pair.chosen, pair.rejected
+    out = []
+    for who, profile in (("true", pair.task.persona.profile), ("contrast", other.profile)):
+        ctx = profile_text(profile)
+        out += [Call(f"cf_{who}_ab", "rm_pairwise", {"user_context": ctx, "question": q,
+                                                     "answer_a": c, "answer_b": r}),
+                Call(f"cf_{who}_ba", "rm_pairwise", {"user_context": ctx, "question": q,
+                                                     "answer_a": r, "answer_b": c})]  # fmt: skip
+    return out
+
+
+def advantage(ab: str, ba: str) -> float:
+    """Chosen's points over both orders: shown as A in `ab`, as B in `ba`."""
+    points = {"A": 1.0, "tie": 0.5, "B": 0.0}
+    return points[ab] + 1.0 - points[ba]
+
+
+def measure(pair, done, contrast) -> Result | None:
+    names = ("cf_true_ab", "cf_true_ba", "cf_contrast_ab", "cf_contrast_ba")
+    if any(n not in done for n in names):
+        return None  # switched off, nobody to contrast with, or a call failed
+    v = {n: done[n].value.choice for n in names}
+    return Result(
+        contrast_user=contrast[pair.pair_id].key,
+        true_ab=v["cf_true_ab"], true_ba=v["cf_true_ba"],
+        contrast_ab=v["cf_contrast_ab"], contrast_ba=v["cf_contrast_ba"],
+        advantage_true=advantage(v["cf_true_ab"], v["cf_true_ba"]),
+        advantage_contrast=advantage(v["cf_contrast_ab"], v["cf_contrast_ba"]),
+    )  # fmt: skip
+
+
+def not_personal(r: Result) -> bool:
+    return r.advantage_true > 1.0 and r.advantage_contrast >= r.advantage_true
+
+
+CHECK = Check(
+    name="counterfactual",
+    order=25,
+    cost=4,
+    tasks=("rm_pairwise",),
+    samples={"rm_pairwise": {"user_context": "[p1] A sample post.", "question": "A question?",
+                             "answer_a": "One.", "answer_b": "Two."}},  # fmt: skip
+    settings=Settings,
+    result=Result,
+    enabled=lambda s: s.counterfactual,
+    prepare=prepare,
+    calls=calls,
+    call_names=("cf_true_ab", "cf_true_ba", "cf_contrast_ab", "cf_contrast_ba"),
+    measure=measure,
+    decide=lambda r, s: ["counterfactual_not_personal"] if not_personal(r) else [],
+    about="a pairwise judge under the user's profile and under a contrasting user's "
+    "(chosen's advantage over both orders, 0-2, under each)",
+    docs={"counterfactual": "drop pairs whose chosen keeps its advantage under a contrasting "
+          "user's profile (four judge calls per pair):"},
+    features={"contrast_user": "string", "advantage_true": "float64",
+              "advantage_contrast": "float64"},
+    released=lambda r: {"contrast_user": r.contrast_user, "advantage_true": r.advantage_true,
+                        "advantage_contrast": r.advantage_contrast},
+    frame=lambda r: {"counterfactual_personal": not not_personal(r)},
+    severity=lambda r: 2.0 * not_personal(r),
+)  # fmt: skip

@@ -1,0 +1,99 @@
+"""Judge probes for any release (`prb audit RELEASE --judge`): what a pairwise judge model says
+about the pairs with and without the user. Both use the `rm_pairwise` prompt through llm.py
+(cached like every call), in both A/B orders.
+
+- persona-blind: the judge sees the question and the two answers, not the user. Accuracy over
+  both orders (a tie half), and split by chosen shown as A and as B (position bias shows as a
+  gap). A leak when its 95% interval's lower end is above `probes.THRESHOLD`: the pairs are won
+  without the user.
+- counterfactual: the judge sees the user's profile, then a contrasting user's
+  (pipeline/contrast.py). Of the pairs the judge gives chosen more than half the points under
+  the true profile, the share whose advantage survives the swap (at least as large): won on
+  something other than this user. A leak when that share's lower end is above 0.5 - a release
+  where most preferences do not depend on who the user is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+from statsmodels.stats.proportion import proportion_confint
+
+from pipeline.checks.counterfactual import advantage
+from pipeline.contrast import User, contrasts
+from pipeline.eval.rewards import user_context
+from pipeline.llm import LLMError, PermanentLLMError
+from pipeline.probes import THRESHOLD, Probe, bootstrap
+from pipeline.prompts import load_prompt
+from pipeline.release.load import user_key
+
+
+async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
+    prompt = load_prompt("rm_pairwise")
+    users = {
+        r["id"]: User(key=user_key(r), category=str(r["category"]),
+                      aspects=user_context(r, "aspects"), levels={},
+                      profile=user_context(r, "profile"))
+        for r in rows
+    }  # fmt: skip
+    other = contrasts(users)
+
+    async def ask(ctx: str, q: str, a: str, b: str) -> str | None:
+        try:
+            result = await llm.call(prompt, stage="audit", model=model, variables={
+                "user_context": ctx, "question": q, "answer_a": a, "answer_b": b})  # fmt: skip
+            return result.value.choice
+        except PermanentLLMError:
+            raise
+        except LLMError:
+            return None
+
+    async def one(r: dict) -> dict:
+        q, c, j = r["question"], r["chosen"], r["rejected"]
+        contexts = {"blind": "", "true": users[r["id"]].profile}
+        if r["id"] in other:
+            contexts["contrast"] = other[r["id"]].profile
+        verdicts = await asyncio.gather(*(ask(ctx, q, *ans) for ctx in contexts.values()
+                                          for ans in ((c, j), (j, c))))  # fmt: skip
+        return {f"{who}_{order}": v for (who, order), v in zip(
+            [(w, o) for w in contexts for o in ("ab", "ba")], verdicts, strict=True)}  # fmt: skip
+
+    answers = await asyncio.gather(*(one(r) for r in rows))
+    return [*blind(answers, seed), counterfactual(answers)]
+
+
+def blind(answers: list[dict], seed: int = 0) -> list[Probe]:
+    points = {"A": 1.0, "tie": 0.5, "B": 0.0}
+    as_a = [points[a["blind_ab"]] for a in answers if a.get("blind_ab")]
+    as_b = [1.0 - points[a["blind_ba"]] for a in answers if a.get("blind_ba")]
+    out = []
+    for name, scores, about in (
+        ("judge, persona-blind", as_a + as_b, "a pairwise judge without the user, both orders"),
+        ("judge, persona-blind, chosen as A", as_a, "chosen shown first"),
+        ("judge, persona-blind, chosen as B", as_b, "chosen shown second"),
+    ):
+        if not scores:
+            out.append(Probe(name, None, None, None, 0, about))
+            continue
+        lo, hi = bootstrap(scores, seed)
+        verdict = lo > THRESHOLD if name == "judge, persona-blind" else None  # the splits: info
+        out.append(Probe(name, float(np.mean(scores)), lo, hi, len(scores), about, verdict))
+    return out
+
+
+def counterfactual(answers: list[dict]) -> Probe:
+    about = ("of the pairs the judge favours chosen under the user's profile, the share that "
+             "keeps that advantage under a contrasting user's profile (not personal)")  # fmt: skip
+    decided = [a for a in answers if all(a.get(k) for k in ("true_ab", "true_ba", "contrast_ab",
+                                                            "contrast_ba"))]  # fmt: skip
+    favoured = [a for a in decided if advantage(a["true_ab"], a["true_ba"]) > 1.0]
+    survives = [advantage(a["contrast_ab"], a["contrast_ba"]) >= advantage(a["true_ab"],
+                a["true_ba"]) for a in favoured]  # fmt: skip
+    if not survives:
+        return Probe("judge, counterfactual: survives the swap", None, None, None, 0, about,
+                     kind="share")  # fmt: skip
+    k, n = sum(survives), len(survives)
+    lo, hi = proportion_confint(k, n, method="wilson")
+    return Probe("judge, counterfactual: survives the swap", k / n, float(lo), float(hi), n,
+                 about, leak=float(lo) > 0.5, kind="share")  # fmt: skip

@@ -1,0 +1,172 @@
+"""Read any release in the public schema, for `prb audit` and `prb eval`.
+
+Accepted, in the order tried:
+- `hf:NAME` — a dataset on the Hugging Face Hub (network needed), read with `datasets`;
+- a folder with a dataset card whose `configs:` list its data files: the official hub layout
+  (one folder of Parquet per category config, several configs and no default) and prb's own
+  releases (an `all` default config). With a default config that one is read; without one,
+  every config, each row tagged with its config when it has no `category`;
+- a folder of `*/test-*.parquet` without a card (a prb release whose card was removed);
+- one JSONL, JSON (a list of rows) or Parquet file.
+
+Every row must have the public columns (`id, question, profile, rubric_aspects, narrative,
+category, chosen, rejected`); a missing column or an empty question or answer is refused with one
+line naming the file and the row. `profile` may be a list of `{id?, text}` posts or one string.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline.errors import PrbError
+from pipeline.release.schema import PARQUET_GLOB, PUBLIC
+
+
+class ReleaseError(PrbError, ValueError):
+    """A release that cannot be read; the message names the file or the row."""
+
+
+def load_rows(spec: str | Path) -> tuple[list[dict], dict]:
+    """(rows, info): the rows of a release in any accepted layout, and where they came from
+    (`source`, `layout`, `configs`)."""
+    text = str(spec)
+    if text.startswith("hf:"):
+        name = text[3:]
+        rows, configs = _from_datasets(name, f"hf:{name}")
+        return _checked(rows, text), {"source": text, "layout": "hub", "configs": configs}
+    path = Path(spec)
+    if path.is_dir():
+        if (path / "README.md").exists() and _card_configs(path):
+            rows, configs = _from_datasets(str(path), str(path))
+            return _checked(rows, path), {"source": str(path), "layout": "card configs",
+                                          "configs": configs}  # fmt: skip
+        files = sorted(path.glob(PARQUET_GLOB))
+        if not files:
+            raise ReleaseError(f"{path}: no dataset card with configs and no {PARQUET_GLOB} "
+                               "files: not a release folder")  # fmt: skip
+        rows = [r for f in files for r in _read_file(f)]
+        configs = sorted({f.parent.name for f in files})
+        return _checked(rows, path), {"source": str(path), "layout": "parquet folders",
+                                      "configs": configs}  # fmt: skip
+    if path.is_file():
+        return _checked(_read_file(path), path), {"source": str(path), "layout": "file",
+                                                   "configs": []}  # fmt: skip
+    raise ReleaseError(f"{spec}: no such file or folder (a release folder, a JSONL/JSON/Parquet "
+                       "file, or hf:NAME)")  # fmt: skip
+
+
+def _card_configs(folder: Path) -> list[dict]:
+    import yaml
+
+    text = (folder / "README.md").read_text(encoding="utf-8", errors="replace")
+    if not text.startswith("---"):
+        return []
+    try:
+        meta = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except yaml.YAMLError as e:
+        raise ReleaseError(
+            f"{folder / 'README.md'}: the card's YAML header is invalid: {e}"
+        ) from None
+    configs = meta.get("configs") if isinstance(meta, dict) else None
+    return configs if isinstance(configs, list) else []
+
+
+def _from_datasets(source: str, label: str) -> tuple[list[dict], list[str]]:
+    """Every config of a hub-style dataset (or its default one), through `datasets`."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    try:
+        names = datasets.get_dataset_config_names(source)
+        default = datasets.get_dataset_default_config_name(source)
+    except Exception as e:  # noqa: BLE001  (datasets raises many kinds for a bad source)
+        raise ReleaseError(f"{label}: cannot read its configs: {e}") from None
+    chosen = [default] if default else names
+    rows: list[dict] = []
+    # a fresh cache each time: datasets keys a local folder's cache by its name and layout, not
+    # its content, and served another release's rows for a rebuilt one
+    with tempfile.TemporaryDirectory(prefix="prb-release-") as cache:
+        for name in chosen:
+            try:
+                parts = datasets.load_dataset(source, name, cache_dir=cache)
+            except Exception as e:  # noqa: BLE001
+                raise ReleaseError(f"{label}: cannot load config {name!r}: {e}") from None
+            split = "test" if "test" in parts else next(iter(parts))
+            for row in parts[split].to_list():
+                if not row.get("category") and name:
+                    row["category"] = name
+                rows.append(row)
+    return rows, list(chosen)
+
+
+def _read_file(path: Path) -> list[dict]:
+    try:
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path).to_dict("records")
+        if path.suffix == ".jsonl":
+            lines = path.read_text(encoding="utf-8").splitlines()
+            return [json.loads(x) for x in lines if x.strip()]
+        if path.suffix == ".json":
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(data, list):
+                raise ValueError("a JSON release file must hold a list of rows")
+            return data
+    except (ValueError, OSError) as e:
+        raise ReleaseError(f"{path}: cannot read it as {path.suffix[1:]}: {e}") from None
+    except Exception as e:  # noqa: BLE001  (Arrow raises many types for unreadable files)
+        raise ReleaseError(f"{path}: cannot read it: {e}") from None
+    raise ReleaseError(f"{path}: not a .jsonl, .json or .parquet file")
+
+
+def _plain(value):
+    """Arrow/NumPy values as plain Python (lists of dicts, not arrays)."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _checked(rows: list[dict], where) -> list[dict]:
+    if not rows:
+        raise ReleaseError(f"{where}: no rows")
+    out = []
+    for i, raw in enumerate(rows):
+        if not isinstance(raw, dict):
+            raise ReleaseError(f"{where}: row {i} is not an object")
+        missing = [c for c in PUBLIC if c not in raw]
+        if missing:
+            raise ReleaseError(f"{where}: row {raw.get('id', i)!r} lacks the public column(s) "
+                               f"{missing}: is this a release in the public schema?")  # fmt: skip
+        row = {k: _plain(v) for k, v in raw.items()}
+        for key in ("question", "chosen", "rejected"):
+            if not isinstance(row[key], str) or not row[key].strip():
+                raise ReleaseError(f"{where}: row {row['id']!r} has an empty or non-text {key}")
+        out.append(row)
+    return out
+
+
+def profile_text(row: dict) -> str:
+    """The user's profile as one text: posts joined, whatever shape the release gives them."""
+    p = row.get("profile")
+    if isinstance(p, str):
+        return p
+    if isinstance(p, list):
+        return "\n".join(x.get("text", "") if isinstance(x, dict) else str(x) for x in p)
+    return ""
+
+
+def user_key(row: dict) -> str:
+    """Who the row's user is: `persona_id` where the release has one, else the profile text
+    (the public schema has no user id; the same profile is the same user)."""
+    import hashlib
+
+    if row.get("persona_id"):
+        return str(row["persona_id"])
+    return hashlib.sha256(profile_text(row).encode()).hexdigest()[:16]

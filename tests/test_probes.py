@@ -1,0 +1,148 @@
+"""What separates a pair (issue 17): model-free leakage probes, and `prb audit` / `prb eval` on
+any release in the public schema, tested on two releases in the official hub layout."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from public_releases import controlled, leaky, write_hub_layout
+
+from pipeline import probes
+from pipeline.release.load import ReleaseError, load_rows
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory):
+    root = tmp_path_factory.mktemp("public")
+    return {name: write_hub_layout(root / name, rows())
+            for name, rows in (("controlled", controlled), ("leaky", leaky))}  # fmt: skip
+
+
+def prb(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd)  # fmt: skip
+
+
+def test_the_probes_flag_the_leaky_release_and_pass_the_controlled_one(releases):
+    rows, info = load_rows(releases["controlled"])
+    assert info["configs"] == ["Art_and_Entertainment", "Lifestyle_and_Personal_Development"]
+    assert len(rows) == 48  # every config read: the card names no default
+    fair = probes.summary(probes.run_all(rows))
+    assert fair["verdict"] == "pass" and fair["leaks"] == []
+    by_name = {p["name"]: p for p in fair["probes"]}
+    assert by_name["length: longer wins"]["value"] == 0.5  # same length, every pair
+    assert by_name["profile overlap"]["high"] <= 0.6
+
+    careless = probes.summary(probes.run_all(load_rows(releases["leaky"])[0]))
+    assert careless["verdict"] == "leaky"
+    assert {"length: longer wins", "length: median rejected/chosen ratio", "cue: hedges",
+            "cue: second person", "answer-only classifier", "profile overlap"} <= set(
+        careless["leaks"])  # fmt: skip
+    clf = {p["name"]: p for p in careless["probes"]}["answer-only classifier"]
+    assert clf["value"] >= 0.9 and clf["low"] > probes.THRESHOLD
+
+
+def test_the_classifier_never_trains_and_tests_on_one_users_pairs():
+    """Grouped folds: a release where each user's pairs share a private marker (the user's
+    name in both answers' text, on the chosen side) would be solved by memorising users; the
+    grouped classifier cannot, so it stays near chance."""
+    rows = controlled()
+    for r in rows:  # a per-user token on chosen only: learnable within a user, not across
+        user = r["id"].split("-")[0]
+        r["chosen"] = f"{r['chosen']} ({user})"
+        r["rejected"] = f"{r['rejected']} ({user}x)"
+    probe = probes.classifier_probe(rows)
+    assert probe.value is not None and probe.low <= probes.THRESHOLD
+
+
+def test_prb_audit_reads_the_hub_layout_a_flat_file_and_hf_names(releases, tmp_path):
+    out = tmp_path / "audit"
+    done = prb("audit", str(releases["leaky"]), "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "audit.json").read_text())
+    assert report["probes"]["verdict"] == "leaky" and report["pairs"] == 48
+    html = (out / "report.html").read_text()
+    for p in report["probes"]["probes"]:
+        assert p["name"] in html  # every probe in the report, with its plot
+    for png in ("probes.png", "lengths.png"):
+        assert (out / "plots" / png).read_bytes()[:4] == b"\x89PNG"
+    assert "Verdict: leaky" in (out / "summary.md").read_text()
+
+    flat = tmp_path / "controlled.jsonl"
+    flat.write_text("\n".join(json.dumps(r) for r in controlled()))
+    done = prb("audit", str(flat), "--out", str(tmp_path / "flat"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "flat" / "audit.json").read_text())["probes"]["verdict"] == (
+        "pass")  # fmt: skip
+    # hf:NAME goes through datasets' hub loader; offline, a local folder in the hub layout
+    rows, info = load_rows(f"hf:{releases['controlled']}")
+    assert len(rows) == 48 and info["layout"] == "hub"
+
+
+def test_a_release_missing_a_public_column_is_one_line_naming_the_file_and_row(tmp_path):
+    rows = controlled()
+    del rows[3]["profile"]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(json.dumps(r) for r in rows))
+    with pytest.raises(ReleaseError, match=r"bad.jsonl: row 'u\d\w+-q\d' lacks .*'profile'"):
+        load_rows(bad)
+    done = prb("audit", str(bad), cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "bad.jsonl" in done.stderr
+
+
+def test_prb_eval_scores_every_config_of_a_release_without_a_default(releases, tmp_path):
+    """It used to fail on the official layout with "Config name is missing"."""
+    out = tmp_path / "eval"
+    done = prb("eval", str(releases["leaky"]), "--out", str(out), "--bootstrap", "50",
+               cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    board = (out / "leaderboard.csv").read_text()
+    assert "length/profile" in board and "overlap/profile" in board
+    model = json.loads(next((out / "models").glob("length*.json")).read_text())
+    assert set(model["metrics"]["per_category"]) == {
+        "Art_and_Entertainment",
+        "Lifestyle_and_Personal_Development",
+    }
+    assert model["metrics"]["accuracy"] == 1.0  # longer wins on the leaky release
+
+
+def test_the_demo_simulator_writes_a_controlled_release_and_leaky_plants_the_cues(
+    sim_factory, tmp_path
+):
+    """The simulator used to write chosen answers that echoed the profile and a rejected
+    register of their own (overlap baseline 78%, classifier 100% on the demo): newcomers saw a
+    leaky benchmark as the norm. Now every opening sentence is some user's chosen and another's
+    rejected; `--leaky` plants the cues on purpose."""
+    from conftest import build, write_config
+
+    verdicts = {}
+    for leak in (False, True):
+        url = sim_factory(leaky=leak)
+        config = write_config(tmp_path / str(leak), url, personas={"per_category": 6})
+        rows = load_rows(Path(build(config)["release_dir"]))[0]
+        verdicts[leak] = probes.summary(probes.run_all(rows))
+    assert verdicts[False]["verdict"] == "pass", verdicts[False]["leaks"]
+    assert {"cue: hedges", "answer-only classifier"} <= set(verdicts[True]["leaks"])
+
+
+def test_prb_eval_puts_each_judges_blind_variant_next_and_splits_by_position(releases, tmp_path):
+    import pandas as pd
+
+    out = tmp_path / "eval"
+    done = prb("eval", str(releases["controlled"]), "--sim", "--rm", "judge-pair", "--rm",
+               "length", "--out", str(out), "--bootstrap", "50", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    board = pd.read_csv(out / "leaderboard.csv")
+    models = list(board["model"])
+    judge = models.index("judge-pair(model=prb-sim-1)/profile")
+    assert models[judge + 1] == "judge-pair(model=prb-sim-1)/none"  # the blind one, next
+    row = board.iloc[judge]
+    assert row["needs_user"] == pytest.approx(row["accuracy"] - board.iloc[judge + 1]["accuracy"])
+    assert 0 <= row["chosen_as_a"] <= 1 and 0 <= row["chosen_as_b"] <= 1
+    assert pd.isna(board.set_index("model").loc["length/profile", "chosen_as_a"])  # pointwise
+    assert len(models) == 3  # no blind variant for a baseline
