@@ -197,11 +197,19 @@ def demo(
             overrides = {"run_id": run_id, **local_model.overrides(base_url, alias, digest)}
             result = run_build(config, overrides)
     else:
+        from pipeline.rundir import FingerprintError
         from pipeline.sim.server import running
 
+        config = config or REPO_ROOT / "configs" / "demo.yaml"
+        overrides = {"run_id": run_id}
         with running() as base_url:  # the simulator prints its address itself
-            result = run_build(config or REPO_ROOT / "configs" / "demo.yaml",
-                               {"run_id": run_id, "model__base_url": base_url})  # fmt: skip
+            overrides["model__base_url"] = base_url
+            try:
+                result = run_build(config, overrides)
+            except FingerprintError:  # a demo from an older prb: keep it aside, build anew
+                console.print("the demo run was made by another version of prb or config: "
+                              "moving it aside and building the demo again")  # fmt: skip
+                result = run_build(config, overrides, force_new_run=True)
     print_summary(result)
     console.print(f"took {time.monotonic() - started:.1f}s")
 

@@ -168,3 +168,27 @@ def test_prb_sim_server_serves_the_openai_api_with_its_options(tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_prb_demo_moves_a_demo_from_another_version_aside_instead_of_failing(tmp_path):
+    """`make demo` after an upgrade used to stop on the old demo's fingerprint."""
+    import subprocess
+    import sys
+
+    from test_crash import prefect_env
+
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1", personas={"per_category": 1})
+
+    def demo(seed: int) -> subprocess.CompletedProcess:
+        text = config.read_text().replace("seed: 13", f"seed: {seed}")
+        config.write_text(text)
+        return subprocess.run([sys.executable, "-m", "pipeline.cli", "demo", "--config",
+                               str(config)], capture_output=True, text=True, timeout=300,
+                              env=prefect_env())  # fmt: skip
+
+    assert demo(13).returncode == 0
+    again = demo(14)  # other settings: resuming would mix results
+    assert again.returncode == 0, again.stderr
+    assert "moving it aside" in again.stdout
+    runs = sorted(p.name for p in (tmp_path / "outputs").iterdir() if p.is_dir())
+    assert runs == ["demo", "demo.old-1"]
