@@ -171,8 +171,13 @@ def cue_probes(rows: list[dict], seed: int = 0) -> list[Probe]:
     for cue in CUES:
         more = [_more_wins(c[cue], r[cue]) for c, r in pairs]
         less = [1.0 - s for s in more]
-        better, word = (more, "more") if np.mean(more) >= np.mean(less) else (less, "less")
-        out.append(_rule(f"cue: {cue}", f"the answer with {word} {cue} wins", better, seed))
+        higher = np.mean(more) >= np.mean(less)
+        better = more if higher else less
+        if cue == "readability":
+            rule = f"the {'easier' if higher else 'harder'}-to-read answer wins"
+        else:
+            rule = f"the answer with {'more' if higher else 'fewer'} {cue} wins"
+        out.append(_rule(f"cue: {cue}", rule, better, seed))
     return out
 
 
