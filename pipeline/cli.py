@@ -631,15 +631,29 @@ def eval_command(
             console.print(f"bon {name}: {path}", highlight=False)
 
 
+HEADERS = {"longer_preferred": "longer", "chosen_as_a": "as A", "chosen_as_b": "as B",
+           "needs_user": "user adds"}  # fmt: skip
+
+
 def _print_frame(df, title: str) -> None:
     """A leaderboard frame as a table; per-category columns by their initials (A&E, ...)."""
     table = Table(title=title)
     cols = [c for c in df.columns if c != "context"]  # the model name ends in its context
     for col in cols:
         short = "&".join(w[0] for w in col[4:].split("_and_")) if col.startswith("acc_") else col
-        table.add_column(short.replace("_", " "), justify="left" if col == "model" else "right")
+        if col == "model":  # wrapped, never cut: a judge and its blind row differ at the end
+            table.add_column("model", justify="left", overflow="fold", min_width=24)
+        else:
+            short = HEADERS.get(col, short.replace("_", " "))
+            table.add_column(short, justify="right")
+
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return "–" if v != v else f"{v:.3f}"  # NaN: not applicable
+        return str(v)
+
     for row in df[cols].itertuples(index=False):
-        table.add_row(*(f"{v:.3f}" if isinstance(v, float) else str(v) for v in row))
+        table.add_row(*(cell(v) for v in row))
     (console if console.is_terminal else Console(width=160)).print(table)
 
 
