@@ -146,3 +146,6 @@ def test_prb_eval_puts_each_judges_blind_variant_next_and_splits_by_position(rel
     assert 0 <= row["chosen_as_a"] <= 1 and 0 <= row["chosen_as_b"] <= 1
     assert pd.isna(board.set_index("model").loc["length/profile", "chosen_as_a"])  # pointwise
     assert len(models) == 3  # no blind variant for a baseline
+    # the terminal table shows both names whole (they used to be cut to the same prefix)
+    assert "judge-pair(model=prb-sim-1)/profile" in done.stdout
+    assert "judge-pair(model=prb-sim-1)/none" in done.stdout
