@@ -231,7 +231,7 @@ def local_serve(
     from pipeline import local as local_model
 
     path = local_model.weights()
-    digest = local_model.sha256(path)
+    digest = local_model.sha256_file(path)
     alias = local_model.model_id(path, digest)
     console.print(f"serving {alias} on http://127.0.0.1:{port}/v1 (weights sha256 {digest})")
     console.print(

@@ -20,12 +20,12 @@ import asyncio
 import numpy as np
 from statsmodels.stats.proportion import proportion_confint
 
-from pipeline.checks.counterfactual import advantage
 from pipeline.contrast import User, contrasts
 from pipeline.eval.rewards import user_context
 from pipeline.llm import LLMError, PermanentLLMError
 from pipeline.probes import THRESHOLD, Probe, bootstrap
 from pipeline.prompts import load_prompt
+from pipeline.records import POINTS, advantage
 from pipeline.release.load import user_key
 
 
@@ -64,9 +64,8 @@ async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
 
 
 def blind(answers: list[dict], seed: int = 0) -> list[Probe]:
-    points = {"A": 1.0, "tie": 0.5, "B": 0.0}
-    as_a = [points[a["blind_ab"]] for a in answers if a.get("blind_ab")]
-    as_b = [1.0 - points[a["blind_ba"]] for a in answers if a.get("blind_ba")]
+    as_a = [POINTS[a["blind_ab"]] for a in answers if a.get("blind_ab")]
+    as_b = [1.0 - POINTS[a["blind_ba"]] for a in answers if a.get("blind_ba")]
     out = []
     for name, scores, about in (
         ("judge, persona-blind", as_a + as_b, "a pairwise judge without the user, both orders"),

@@ -12,16 +12,12 @@ The server is llama.cpp's grammar engine behind `response_format: {"type": "json
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
 from pipeline.errors import PrbError
+from pipeline.store import sha256_file
 
 GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 THREADS = 2
@@ -45,14 +41,6 @@ def weights() -> Path:
     return path
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def model_id(path: Path, digest: str) -> str:
     """The id requests name and releases record: the file's name and its hash's first 12."""
     return f"{path.stem}@{digest[:12]}"
@@ -74,39 +62,17 @@ def command(path: Path, port: int, alias: str, threads: int = THREADS) -> list[s
 def running(port: int | None = None, startup_timeout: float = 120.0):
     """Serve the local model in a subprocess on a free loopback port; yields
     (base URL, model id, weights SHA-256)."""
-    from pipeline.sim.server import free_port
+    from pipeline.sim.server import free_port, subprocess_server
 
     path = weights()
-    digest = sha256(path)
+    digest = sha256_file(path)
     alias = model_id(path, digest)
     port = port or free_port()
-    proc = subprocess.Popen(command(path, port, alias), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
     base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                raise LocalModelError(
-                    f"the local model server exited with code {proc.returncode} at startup: "
-                    f"{(proc.stderr.read() or '').strip().splitlines()[-1:]}"
-                )
-            try:
-                if httpx.get(f"{base}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise LocalModelError(f"the local model did not answer on {base} in time")
-            time.sleep(0.2)
+    with subprocess_server(command(path, port, alias), f"{base}/models",
+                           "the local model server", error=LocalModelError,
+                           startup_timeout=startup_timeout, quiet=True):  # fmt: skip
         yield base, alias, digest
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def overrides(base_url: str, alias: str, digest: str) -> dict:

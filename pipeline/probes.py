@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.release.load import profile_text, user_key
+from pipeline.text import content_words  # the overlap baseline's words, exactly
 
 THRESHOLD = 0.55  # lower end of a probe's 95% interval above this: a leak
 LENGTH_BAND = (0.85, 1.15)  # the median rejected/chosen word ratio outside this: a leak
@@ -81,13 +82,6 @@ def cues(text: str) -> dict[str, float]:
 
 
 CUES = tuple(cues("x"))
-
-
-def content_words(text: str) -> set[str]:
-    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
-
-    return {w for w in (x.lower() for x in words(text)) if w not in ENGLISH_STOP_WORDS
-            and len(w) > 2}  # fmt: skip
 
 
 @dataclass

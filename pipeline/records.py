@@ -159,6 +159,15 @@ class PreferenceOutput(Record):
     reason: str = ""
 
 
+POINTS = {"A": 1.0, "tie": 0.5, "B": 0.0}  # a pairwise verdict's points for the answer shown as A
+
+
+def advantage(ab: str, ba: str) -> float:
+    """Chosen's points over both A/B orders, 0-2: `ab` the verdict with chosen shown as A,
+    `ba` with chosen shown as B; a win 1, a tie 0.5."""
+    return POINTS[ab] + 1.0 - POINTS[ba]
+
+
 class AspectScore(Record):
     index: int = Field(ge=1)
     score: int = Field(ge=0, le=2)

@@ -7,6 +7,7 @@ Files that are produced in one go (deterministic stages, releases) go through `a
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -20,6 +21,13 @@ from pydantic import BaseModel, ValidationError
 
 from pipeline.errors import DiskFullError, PrbError, is_disk_full, is_transient
 from pipeline.records import Dropped
+
+
+def sha256_file(path: Path) -> str:
+    """The SHA-256 of a file's bytes (release files, persona files, model weights)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
 
 log = logging.getLogger("prb.store")
 M = TypeVar("M", bound=BaseModel)

@@ -33,14 +33,7 @@ def nodes(node):
 
 def objects(node):
     """Every object schema (with properties) inside a schema."""
-    if isinstance(node, dict):
-        if node.get("type") == "object" and "properties" in node:
-            yield node
-        for v in node.values():
-            yield from objects(v)
-    elif isinstance(node, list):
-        for v in node:
-            yield from objects(v)
+    return [n for n in nodes(node) if n.get("type") == "object" and "properties" in n]
 
 
 def test_each_mode_sends_the_form_its_endpoint_understands():

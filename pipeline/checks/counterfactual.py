@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pipeline.checks.base import Call, Check
 from pipeline.contrast import User, contrasts
-from pipeline.records import Record
+from pipeline.records import Record, advantage
 
 
 class Settings(Record):
@@ -60,12 +60,6 @@ def calls(pair, contrast: dict[str, User] | None) -> list[Call]:
                 Call(f"cf_{who}_ba", "rm_pairwise", {"user_context": ctx, "question": q,
                                                      "answer_a": r, "answer_b": c})]  # fmt: skip
     return out
-
-
-def advantage(ab: str, ba: str) -> float:
-    """Chosen's points over both orders: shown as A in `ab`, as B in `ba`."""
-    points = {"A": 1.0, "tie": 0.5, "B": 0.0}
-    return points[ab] + 1.0 - points[ba]
 
 
 def measure(pair, done, contrast) -> Result | None:

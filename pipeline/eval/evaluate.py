@@ -20,7 +20,7 @@ from pipeline import progress
 from pipeline.eval.report import bar_plot, leaderboard, slug, to_markdown
 from pipeline.eval.rewards import Query, RewardModel, user_context
 from pipeline.llm import LLMError, PermanentLLMError
-from pipeline.records import PairScore
+from pipeline.records import POINTS, PairScore, advantage
 from pipeline.release.load import ReleaseError, load_rows  # noqa: F401  (re-exported)
 
 
@@ -82,8 +82,7 @@ async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairSco
                     rm.prefer(c.context, c.question, c.response, r.response),
                     rm.prefer(c.context, c.question, r.response, c.response),
                 )
-                points = {"A": 1.0, "tie": 0.5, "B": 0.0}
-                sc = points[ab] + 1 - points[ba]
+                sc = advantage(ab, ba)
                 return result(row, sc, 2 - sc, ab=ab, ba=ba)
             sc, sr = await rm.score_many([c, r])
             return result(row, sc, sr)
@@ -155,9 +154,8 @@ def metrics(scores: list[PairScore], n_resamples: int = 1000, seed: int = 0) -> 
 def position_split(scores: list[PairScore]) -> dict:
     """A pairwise judge's accuracy with chosen shown as A and as B (a tie half): a gap between
     them is position bias. Empty for pointwise models."""
-    points = {"A": 1.0, "tie": 0.5, "B": 0.0}
-    as_a = [points[s.ab] for s in scores if s.ab in points]
-    as_b = [1.0 - points[s.ba] for s in scores if s.ba in points]
+    as_a = [POINTS[s.ab] for s in scores if s.ab in POINTS]
+    as_b = [1.0 - POINTS[s.ba] for s in scores if s.ba in POINTS]
     if not as_a and not as_b:
         return {}
     return {"chosen_as_a": float(np.mean(as_a)) if as_a else None,

@@ -15,18 +15,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import re
 from dataclasses import dataclass, field
-
-from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from pipeline.errors import PrbError
 from pipeline.llm import LLM
 from pipeline.prompts import load_prompt
 from pipeline.records import stable_id
+from pipeline.text import content_words
 
 CONTEXT_MODES = ("profile", "aspects", "narrative", "none")
-_WORD = re.compile(r"[a-z][a-z'-]+")
 
 
 class SpecError(PrbError, ValueError):
@@ -158,10 +155,6 @@ class LengthRM(RewardModel):
 
     async def score_many(self, queries):
         return [float(len(q.response.split())) for q in queries]
-
-
-def content_words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if w not in ENGLISH_STOP_WORDS and len(w) > 2}
 
 
 @dataclass

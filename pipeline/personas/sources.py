@@ -13,7 +13,6 @@ its line in SOURCES (first match wins), plus a test.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -27,17 +26,14 @@ from pipeline.personas.files import (
 )
 from pipeline.personas.sampling import read_back, sample_personas, scan_pool
 from pipeline.records import Persona, Question
+from pipeline.store import sha256_file
 
 
 def file_digest(path: Path) -> str:
-    h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        return sha256_file(path)[:16]
     except OSError as e:
         raise PersonaFileError(f"{path}: cannot read: {e.strerror}") from None
-    return h.hexdigest()[:16]
 
 
 class LibrarySource:

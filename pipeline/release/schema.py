@@ -9,13 +9,13 @@ each row was made. The checks (pipeline/checks/) add their own: `quality` and th
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import datasets
 
 from pipeline.checks import CHECKS
 from pipeline.records import AnnotationRecord, FilterRecord
+from pipeline.store import sha256_file
 
 PUBLIC = ("id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen",
           "rejected")  # fmt: skip
@@ -121,14 +121,6 @@ def jsonl_path(category: str) -> str:
     """The same rows as JSON Lines, for readers without `datasets`; the card's configs only
     name the Parquet files, so `load_dataset` never sees these."""
     return f"{category}/test.jsonl"
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def file_checksums(folder: Path) -> dict[str, str]:

@@ -16,6 +16,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field, fields
@@ -305,6 +306,52 @@ def serve(port: int, opts: SimOptions, host: str = "127.0.0.1") -> None:
 
 
 @contextlib.contextmanager
+def subprocess_server(
+    cmd: list[str],
+    health_url: str,
+    name: str,
+    *,
+    error: type[Exception] = RuntimeError,
+    startup_timeout: float = 30.0,
+    quiet: bool = False,
+):
+    """Run `cmd` for the block, from the moment `health_url` answers 200 (the simulator, the
+    local model). `quiet`: its output goes to a temporary file, never a pipe nobody reads (a
+    full pipe would stall the server), and an exit at startup quotes its last line."""
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(tempfile.TemporaryFile("w+")) if quiet else None
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+        stack.callback(_stop, proc)
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if proc.poll() is not None:
+                last = []
+                if log is not None:
+                    log.seek(0)
+                    last = log.read().strip().splitlines()[-1:]
+                raise error(f"{name} exited with code {proc.returncode} at startup"
+                            + (f": {last[0]}" if last else ""))  # fmt: skip
+            try:
+                if httpx.get(health_url, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise error(f"{name} did not answer on {health_url} in {startup_timeout:g}s")
+            time.sleep(0.1)
+        yield proc
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@contextlib.contextmanager
 def running(port: int | None = None, startup_timeout: float = 30.0, **options):
     """Run the simulator in a subprocess on a free loopback port; yields its base URL."""
     port = port or free_port()
@@ -314,29 +361,9 @@ def running(port: int | None = None, startup_timeout: float = 30.0, **options):
             cmd += [OPTION_FLAGS[name]] if value else []
         else:
             cmd += [OPTION_FLAGS[name], str(value)]
-    proc = subprocess.Popen(cmd)
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"simulator exited with code {proc.returncode} at startup")
-            try:
-                if httpx.get(f"{base}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"simulator did not answer on {base} in {startup_timeout}s")
-            time.sleep(0.1)
+    with subprocess_server(cmd, f"{base}/health", "the simulator", startup_timeout=startup_timeout):
         yield f"{base}/v1"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def main(argv: list[str] | None = None) -> None:
