@@ -344,6 +344,36 @@ def _plots(data: RunData, df: pd.DataFrame, fun: list[dict], out: Path) -> dict[
 # --- report -------------------------------------------------------------------------------------
 
 
+def rubric_agreement(rubrics: list[RubricRecord]) -> dict | None:
+    """rubrics.source both: how many of the users' imported aspects the planner found too."""
+    found = [r.agreement for r in rubrics if r.agreement is not None]
+    if not found:
+        return None
+    of = sum(a.of for a in found)
+    hit = sum(a.found for a in found)
+    return {"found": hit, "of": of, "share": _round(hit / of) if of else None,
+            "tasks": len(found), "all_found": sum(a.found == a.of for a in found)}  # fmt: skip
+
+
+def recipe(data: RunData) -> dict:
+    """How the run was built, and what record-only checks would have dropped."""
+    cfg = data.manifest.get("config", {})
+    would = Counter(r for f in data.filters for r in f.would_drop)
+    return {
+        "name": cfg.get("recipe", "prb"),
+        "rubrics_source": {
+            "planner": "derived by the planner",
+            "imported": "the users' own (imported)",
+            "both": "the users' own (imported), the planner's recorded beside",
+        }[cfg.get("rubrics", {}).get("source", "planner")],  # fmt: skip
+        "top_k": cfg.get("profile", {}).get("top_k"),
+        "record_only": cfg.get("filters", {}).get("mode") == "record",
+        "would_drop": dict(would.most_common()),
+        "would_drop_pairs": sum(bool(f.would_drop) for f in data.filters),
+        "agreement": rubric_agreement(data.rubrics),
+    }
+
+
 def compute(data: RunData, worst_n: int = WORST_N) -> dict:
     df = frame(data.filters)
     kept = [f for f in data.filters if f.kept]
@@ -353,6 +383,7 @@ def compute(data: RunData, worst_n: int = WORST_N) -> dict:
         "run_id": data.run_dir.name,
         "run_dir": str(data.run_dir),
         "simulated": data.manifest.get("simulated"),
+        "recipe": recipe(data),
         "funnel": funnel(data),
         "blind": blind,
         "median_length_ratio": lengths,

@@ -185,9 +185,21 @@ def demo(
     run_id: str = typer.Option(None),
     local: bool = typer.Option(False, help="On the real local model (the `local` extra: "
                                "`make demo-local`), not the simulator."),
+    recipe: str = typer.Option(None, help="Build the bundled LaMP-QA-format users "
+                               "(personas/lamp-qa) with this recipe: published or prb "
+                               "(configs/demo-lamp-<recipe>.yaml)."),
 ):  # fmt: skip
     """Build a small benchmark offline: against the bundled simulator, or a real local model."""
+    from pipeline.config import recipes
+
     started = time.monotonic()
+    if recipe is not None:
+        if recipe not in recipes():
+            raise fail(f"unknown --recipe {recipe!r}: use one of {', '.join(recipes())}", 2)
+        if config is not None or local:
+            raise fail("--recipe picks the demo's config and runs on the simulator: "
+                       "drop --config/--local", 2)  # fmt: skip
+        config = REPO_ROOT / "configs" / f"demo-lamp-{recipe}.yaml"
     if local:
         from pipeline import local as local_model
 
@@ -518,6 +530,37 @@ def _audit(target: str, worst: int, out: Path | None, judged) -> Path:
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(parts)).strip(".-_") or "release"
     out = out or resolve_path("outputs") / "audit" / safe_name(name, "report name")
     return write_release_report(target, out, judged)
+
+
+@app.command()
+@guarded
+def compare(
+    release_a: str = typer.Argument(..., metavar="RELEASE_A", help="A release (folder, "
+                                    "JSONL/JSON/Parquet file, or hf:NAME)."),
+    release_b: str = typer.Argument(..., metavar="RELEASE_B", help="Another release."),
+    out: Path = typer.Option(None, help="Report folder (default: outputs/compare/<A>-vs-<B>)."),
+):  # fmt: skip
+    """Two releases side by side, on the pairs they share (same user and question) and whole:
+    lengths, leakage probes, quality gap, persona-blind judge, adherence, keep rates."""
+    from pipeline.compare import compare as run_compare
+    from pipeline.compare import release_name
+    from pipeline.config import resolve_path
+    from pipeline.errors import safe_name
+
+    if out is None:
+        pair = f"{release_name(release_a)}-vs-{release_name(release_b)}"
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", pair)
+        out = resolve_path("outputs") / "compare" / safe_name(name.strip(".-_") or "compare",
+                                                              "report name")  # fmt: skip
+    report = run_compare(release_a, release_b, out)
+    t = Table(title=f"A {report['a']['name']} vs B {report['b']['name']}: "
+                    f"{report['shared']} shared pairs (same {report['matched_on']})")  # fmt: skip
+    for col in ("metric", "A shared", "B shared", "A all", "B all"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for row in report["table"]:
+        t.add_row(*row)
+    console.print(t)
+    console.print(f"report: {out / 'report.html'}")
 
 
 @app.command()

@@ -73,10 +73,14 @@ class ModelConfig(Section):
 
 
 class PersonaConfig(Section):
-    source: str = "library"  # "library", a local JSON/JSONL/Parquet path, or "hf:NAME"
+    # "library"; a local JSON/JSONL/Parquet file or a folder of LaMP-QA's `{category}_{split}`
+    # files; or "hf:NAME[:CONFIG]" (LaMP-QA: hf:alireza7/LaMP-QA, one config per category)
+    source: str = "library"
     library: list[str] = Field(default_factory=lambda: ["personas/library"])
     questions: list[str] = Field(default_factory=lambda: ["personas/questions"])
-    per_category: int = Field(8, ge=1)
+    per_category: int | None = Field(8, ge=1)  # None: every user of each category
+    # LaMP-QA layouts: which split (train/validation/test) to read; None: every split
+    split: str | None = None
     questions_per_persona: int = Field(1, ge=1)
     categories: list[str] | None = None  # None: every category of the source, sorted
 
@@ -89,10 +93,37 @@ class PersonaConfig(Section):
         return [_safe(c, "category") for c in _distinct(v, "personas.categories")]
 
 
+class RubricsConfig(Section):
+    # planner: a planner call derives the aspects; imported: the user's own published aspects
+    # (LaMP-QA's rubric_aspects), no call; both: the imported ones, with the planner's beside
+    # them and how many of them the planner found (the audit's agreement figure)
+    source: Literal["planner", "imported", "both"] = "planner"
+
+
+class ProfileConfig(Section):
+    # the k profile posts most relevant to the question go into the prompts (None: all), ranked
+    # by BM25 (bm25s), or by a dense retriever when `dense_model` names a local
+    # sentence-transformers model folder (never downloaded); pipeline/retrieval.py
+    top_k: int | None = Field(None, ge=1)
+    dense_model: str | None = None
+
+
 class GenerationConfig(Section):
     word_budget: int = Field(100, ge=20)
-    # None: every strategy in the `strategies:` table of prompts/rejected.yaml
+    # None: every strategy in the `strategies:` table of the rejected prompt
     strategies: list[str] | None = None
+    # the recipe's prompt files (prompts/<name>.yaml) and whether a shared content plan
+    # comes first (prb) or both answers are written straight from the aspects (published)
+    content_plan: bool = True
+    chosen_prompt: str = "chosen"
+    rejected_prompt: str = "rejected"
+
+    @field_validator("chosen_prompt", "rejected_prompt")
+    @classmethod
+    def _prompt(cls, v: str) -> str:
+        if not (REPO_ROOT / "prompts" / f"{_safe(v, 'prompt name')}.yaml").is_file():
+            raise ValueError(f"no prompt file prompts/{v}.yaml")
+        return v
 
     @field_validator("strategies")
     @classmethod
@@ -154,8 +185,12 @@ class RunConfig(Section):
     seed: int = 0
     outputs_dir: str = "outputs"
     simulated: bool = False
+    # a named recipe: configs/recipes/<recipe>.yaml, the settings this config starts from
+    recipe: str = "prb"
     model: ModelConfig = Field(default_factory=ModelConfig)
     personas: PersonaConfig = Field(default_factory=PersonaConfig)
+    profile: ProfileConfig = Field(default_factory=ProfileConfig)
+    rubrics: RubricsConfig = Field(default_factory=RubricsConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     filters: FilterConfig = Field(default_factory=FilterConfig)
     annotation: AnnotationConfig = Field(default_factory=AnnotationConfig)
@@ -168,6 +203,15 @@ class RunConfig(Section):
     def _run_id(cls, v: str) -> str:
         # the run id names a folder under outputs_dir: never a path of its own
         return _safe(v, "run id")
+
+    @model_validator(mode="after")
+    def _sources_agree(self) -> RunConfig:
+        if self.rubrics.source != "planner" and self.personas.source == "library":
+            raise ValueError(
+                f"rubrics.source {self.rubrics.source!r} uses the users' own published aspects, "
+                "and library personas have none: import users (personas.source), or use planner"
+            )
+        return self
 
     @property
     def run_dir(self) -> Path:
@@ -229,6 +273,31 @@ def resolve_path(path: str | Path) -> Path:
     return p if p.is_absolute() else REPO_ROOT / p
 
 
+RECIPES_DIR = REPO_ROOT / "configs" / "recipes"
+
+
+def recipes() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
+
+
+def _merged(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def with_recipe(data: dict, where: object) -> dict:
+    """The config over its recipe's settings (the config wins, key by key)."""
+    name = data.get("recipe", "prb")
+    if not isinstance(name, str) or name not in recipes():
+        raise ConfigError(
+            f"{where}: invalid config: recipe: unknown recipe {name!r} (one of {recipes()})"
+        )
+    recipe = yaml.safe_load((RECIPES_DIR / f"{name}.yaml").read_text(encoding="utf-8")) or {}
+    return _merged(recipe, data)
+
+
 def load_config(path: str | Path | None = None, **overrides: object) -> RunConfig:
     data: dict = {}
     if path is not None:
@@ -263,6 +332,7 @@ def load_config(path: str | Path | None = None, **overrides: object) -> RunConfi
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
+    data = with_recipe(data, path or "<defaults>")
     try:
         return RunConfig.model_validate(data)
     except ValidationError as e:

@@ -84,6 +84,11 @@ class Question(Record):
     rubric_aspects: list[RubricAspect] = Field(default_factory=list)
 
 
+class RankedPost(Record):
+    id: str
+    score: float
+
+
 class Task(Record):
     """One persona asking one question: the unit every later stage works on."""
 
@@ -92,6 +97,21 @@ class Task(Record):
     question_id: str
     question: str
     category: Category
+    # the question's own published aspects and narrative (imported users), for rubrics.source
+    # imported|both
+    imported_aspects: list[RubricAspect] = Field(default_factory=list)
+    imported_narrative: str | None = None
+    # profile.top_k: every post ranked against the question, best first, and the ids kept
+    profile_ranking: list[RankedPost] | None = None
+    profile_ids: list[str] | None = None
+
+    @property
+    def profile(self) -> list[ProfileItem]:
+        """The posts the prompts show: the kept ones in rank order, or the whole profile."""
+        if self.profile_ids is None:
+            return self.persona.profile
+        by_id = {i.id: i for i in self.persona.profile}
+        return [by_id[i] for i in self.profile_ids]
 
 
 # --- model outputs (the schemas in prompts/) --------------------------------------------------
@@ -242,12 +262,23 @@ class Dropped(Record):
     detail: str = ""
 
 
+class AspectAgreement(Record):
+    """rubrics.source both: how many of the user's imported aspects the planner found too."""
+
+    found: int
+    of: int
+    matches: list[int | None]  # per imported aspect: the planner aspect (1-based) it matched
+
+
 class RubricRecord(Record):
     task: Task
     rubric_aspects: list[RubricAspect]
     narrative: str
     ungrounded_aspects: list[RubricAspect] = Field(default_factory=list)  # removed: no evidence
     calls: dict[str, str] = Field(default_factory=dict)  # call name -> response-cache key
+    source: Literal["planner", "imported", "both"] = "planner"
+    planner_aspects: list[RubricAspect] = Field(default_factory=list)  # source both: beside
+    agreement: AspectAgreement | None = None
 
 
 class Pair(Record):
@@ -290,6 +321,8 @@ class FilterRecord(Record):
     errors: dict[str, str] = Field(default_factory=dict)  # failed judge call -> what went wrong
     calls: dict[str, str] = Field(default_factory=dict)
     skipped: list[str] = Field(default_factory=list)  # checks not run: dropped before them
+    # filters.mode record: the reasons it would have been dropped for (it is kept)
+    would_drop: list[str] = Field(default_factory=list)
 
 
 class AnnotationRecord(Record):

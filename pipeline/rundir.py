@@ -149,7 +149,7 @@ def run_fingerprint(cfg: RunConfig) -> dict:
     from pipeline.stages import build_tasks
 
     flat = _flatten(cfg.resume_inputs())
-    flat.update({f"prompts.{t}": load_prompt(t).sha256 for t in build_tasks()})
+    flat.update({f"prompts.{t}": load_prompt(t).sha256 for t in build_tasks(cfg)})
     digests = source_for(cfg.personas).digests(cfg.personas)
     flat.update({SOURCES + path: digest for path, digest in digests.items()})
     flat["prb.stage_format"] = STAGE_FORMAT
@@ -239,11 +239,14 @@ def check_prompts(cfg: RunConfig) -> None:
         if task not in prompts:
             raise PromptError(f"prompts/{task}.yaml: missing (the build needs it)")
         prompts[task].render(**variables)
-    known = prompts["rejected"].extra.get("strategies", {})
+    rejected = prompts[cfg.generation.rejected_prompt]
+    known = rejected.extra.get("strategies", {})
     unknown = sorted(set(cfg.generation.strategies or ()) - set(known))
+    if not known:
+        raise PromptError(f"{rejected.path}: has no `strategies:` table (name at least one)")
     if unknown:
         raise PromptError(
-            f"{prompts['rejected'].path}: config generation.strategies names {unknown}, "
+            f"{rejected.path}: config generation.strategies names {unknown}, "
             f"which the prompt's strategies table does not define"
         )
 
@@ -257,6 +260,9 @@ def open_run(cfg: RunConfig, *, force_new: bool = False) -> RunLock:
     try:
         check_prompts(cfg)
         source_for(cfg.personas).validate(cfg.personas)
+        from pipeline.retrieval import check as check_retriever
+
+        check_retriever(cfg.profile)  # a dense model that cannot load fails before any call
         if force_new and has_work(run_dir):
             aside = move_aside(run_dir, cfg.run_dir.parent)
             log.warning("--force-new-run: moved the old run %s aside to %s", run_dir, aside)

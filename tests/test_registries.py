@@ -116,7 +116,7 @@ def test_every_derived_view_agrees_with_the_registries():
 
     settings = [n for c in CHECKS for n in c.settings.model_fields]
     assert sorted(setting_names()) == sorted(settings)
-    assert list(FilterConfig.model_fields) == [*setting_names(), "evaluate_all"]
+    assert list(FilterConfig.model_fields) == [*setting_names(), "evaluate_all", "mode"]
     assert list(FEATURES["pair_checks"]) == [k for c in CHECKS for k in c.features]
     assert set(build_tasks()) == {t for s in STAGES for t in s.tasks}
     assert {t for c in CHECKS for t in c.tasks} <= set(build_tasks())
@@ -210,6 +210,7 @@ class CsvSource(FileSource):
     def _load(self, cfg):
         import csv
 
+        from pipeline.config import resolve_path
         from pipeline.records import ProfileItem
 
         personas, questions = [], []
@@ -226,6 +227,8 @@ class CsvSource(FileSource):
         return personas, questions
 
     def digests(self, cfg):
+        from pipeline.config import resolve_path
+
         path = resolve_path(cfg.source[4:])
         return {str(path): file_digest(path)}
 '''
@@ -253,7 +256,7 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 def test_five_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
     tree = tmp_path / "prb"
-    for part in ("pipeline", "prompts", "personas"):
+    for part in ("pipeline", "prompts", "personas", "configs"):
         shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
     touched: dict[str, set[str]] = {}
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pkgutil
 from importlib import import_module
+from typing import Literal
 
 from pydantic import Field, create_model
 
@@ -65,7 +66,12 @@ def _settings_model() -> type[Record]:
     }
     ordered = {n: fields[n] for n in setting_names()}
     evaluate_all = (bool, Field(False, description="run every check on every pair (auditing)"))
-    return create_model("FilterConfig", __base__=_FilterBase, **ordered, evaluate_all=evaluate_all)
+    # record: run every check on every pair and keep them all, noting what each check would
+    # have dropped (`would_drop`): the published recipe, which had no automatic filter
+    mode = (Literal["drop", "record"], Field("drop", description="drop pairs, or only record"))
+    return create_model(
+        "FilterConfig", __base__=_FilterBase, **ordered, evaluate_all=evaluate_all, mode=mode
+    )
 
 
 # the config's `filters:` section: every check's settings, plus the stage's own switch

@@ -3,6 +3,12 @@
 local JSON/JSONL/Parquet file or a hub dataset (`hf:NAME` or `hf:NAME:CONFIG`), read through
 `datasets` and mapped to Persona + Question records.
 
+LaMP-QA as published has no `category` column: the category is the config
+(`hf:alireza7/LaMP-QA`, one config per category, splits train/validation/test) or, in the files
+LaMP-QA's download script writes, the file name (`{category}_{split}.json`, a JSON list; JSONL
+and Parquet too), alone or in a folder of them. `personas.split` picks the split; the
+categories, the configs. In that layout every row (every question) is its own user.
+
 One record is one user asking one question. Records that carry the same `persona_id`/`user_id`
 (or, lacking one, the same category and profile) are the same persona, which then asks each of
 their questions. Any bad record refuses the whole import, naming the record and the field.
@@ -30,24 +36,73 @@ BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
 MAX_REPORTED = 10  # problems listed in one error message
 
 
-def load_dataset(source: str):
-    """The source as one `datasets.Dataset` (all splits/configs of a hub dataset together)."""
+SPLITS = ("train", "validation", "test")
+LAYOUT = re.compile(rf"^(?P<category>.+)_(?P<split>{'|'.join(SPLITS)})$")  # LaMP-QA's file names
+
+
+class Part:
+    """One piece of a source: its rows, where they came from, and the category its layout
+    gives them (a LaMP-QA config or file name; None: each row names its own)."""
+
+    def __init__(self, rows, origin: str, category: str | None = None):
+        self.rows, self.origin, self.category = rows, origin, category
+
+
+def layout_files(folder: Path, split: str | None) -> list[Path]:
+    """A folder's LaMP-QA files: `{category}_{split}` .json/.jsonl/.parquet, sorted."""
+    found = []
+    for p in sorted(folder.iterdir()):
+        m = LAYOUT.match(p.stem) if p.suffix in BUILDERS else None
+        if m and (split is None or m["split"] == split):
+            found.append(p)
+    return found
+
+
+def _local(path: Path, split: str | None) -> list[Part]:
     import datasets
 
+    if path.is_dir():
+        files = layout_files(path, split)
+        if not files:
+            raise PersonaFileError(
+                f"{path}: no LaMP-QA files `{{category}}_{{split}}.json|jsonl|parquet`"
+                + (f" of split {split!r}" if split else "")
+                + " in this folder"
+            )
+        return [p for f in files for p in _local(f, None)]
+    if not path.is_file():
+        raise PersonaFileError(f"{path}: no such file")
+    if path.suffix not in BUILDERS:
+        raise PersonaFileError(f"{path}: expected .json, .jsonl or .parquet")
+    m = LAYOUT.match(path.stem)
+    rows = datasets.load_dataset(BUILDERS[path.suffix], data_files=str(path), split="train")
+    category = m["category"] if m and "category" not in rows.column_names else None
+    return [Part(rows, path.name, category)]
+
+
+def _hub(name: str, config: str, split: str | None) -> list[Part]:
+    import datasets
+
+    parts = []
+    for c in [config] if config else datasets.get_dataset_config_names(name):
+        loaded = datasets.load_dataset(name, c or None)
+        for s in [split] if split else list(loaded):
+            if s not in loaded:
+                raise PersonaFileError(f"hf:{name}: config {c!r} has no split {s!r}")
+            rows = loaded[s]
+            # LaMP-QA's rows carry no category: their config is it
+            category = c if c and "category" not in rows.column_names else None
+            parts.append(Part(rows, f"hf:{name}" + (f":{c}/{s}" if c else f"/{s}"), category))
+    return parts
+
+
+def load_parts(source: str, split: str | None = None) -> list[Part]:
+    """The source's rows, part by part (a config and split, or a file), through `datasets`."""
     try:
         if source.startswith("hf:"):
             name, _, config = source[3:].partition(":")
-            configs = [config] if config else datasets.get_dataset_config_names(name)
-            parts = [
-                split for c in configs for split in datasets.load_dataset(name, c or None).values()
-            ]
-            return datasets.concatenate_datasets(parts)
-        path = resolve_path(source)
-        if not path.is_file():
-            raise PersonaFileError(f"{path}: no such file")
-        if path.suffix not in BUILDERS:
-            raise PersonaFileError(f"{path}: expected .json, .jsonl or .parquet")
-        return datasets.load_dataset(BUILDERS[path.suffix], data_files=str(path), split="train")
+            return _hub(name, config, split)
+        return _local(resolve_path(source), split)
     except PersonaFileError:
         raise
     except Exception as e:  # datasets raises many kinds (arrow, hub, connection): name the source
@@ -56,16 +111,25 @@ def load_dataset(source: str):
         ) from e
 
 
-def _persona_key(row: dict) -> str:
+def _persona_key(row: dict, per_row: bool) -> str:
     explicit = row.get("persona_id") or row.get("user_id")
     if explicit:
         return str(explicit)
+    if per_row and (row.get("id") or row.get("question_id")):  # LaMP-QA: a row is a user
+        return f"u-{row.get('id') or row.get('question_id')}"
     texts = [(i.get("id"), i.get("text")) for i in row["profile"]]
     return stable_id(row["category"], texts, prefix="u-", n=12)
 
 
-def map_record(row: dict, where: str, origin: str) -> tuple[Persona, Question]:
-    """One external record as a Persona and the Question it asks; PersonaFileError if bad."""
+def map_record(
+    row: dict, where: str, origin: str, layout_category: str | None = None
+) -> tuple[Persona, Question]:
+    """One external record as a Persona and the Question it asks; PersonaFileError if bad.
+    `layout_category`: the category its layout gives it (LaMP-QA), whose rows are each their
+    own user."""
+    per_row = layout_category is not None
+    if per_row:
+        row = {**row, "category": row.get("category") or layout_category}
     rid = row.get("id") or row.get("question_id")
     label = f"{where}{f' (id {rid!r})' if rid else ''}"
     missing = [f for f in REQUIRED if row.get(f) in (None, "", [])]
@@ -95,7 +159,7 @@ def map_record(row: dict, where: str, origin: str) -> tuple[Persona, Question]:
         raise PersonaFileError(
             f"{label}: field profile/rubric_aspects {field}: {detail['msg']}"
         ) from None
-    pid = _persona_key(row)
+    pid = _persona_key(row, per_row)
     bad = [("persona_id", pid)] + [(f"profile.{k}.id", i.id) for k, i in enumerate(profile)]
     if rid:
         bad.append(("id", str(rid)))
@@ -141,13 +205,17 @@ def _check_sizes(row: dict, label: str) -> None:
         )
 
 
-def to_records(rows, origin: str) -> tuple[list[Persona], list[Question]]:
+def to_records(parts: list[Part]) -> tuple[list[Persona], list[Question]]:
     personas: dict[str, Persona] = {}
     questions: dict[str, Question] = {}
     problems: list[str] = []
-    for n, row in enumerate(rows, 1):
+    rows = ((part, n, row) for part in parts for n, row in enumerate(part.rows, 1))
+    for part, n, row in rows:
+        origin = part.origin
         try:
-            persona, question = map_record(dict(row), f"{origin}: record {n}", origin)
+            persona, question = map_record(
+                dict(row), f"{origin}: record {n}", origin, part.category
+            )
         except PersonaFileError as e:
             problems.append(str(e))
             continue
@@ -167,24 +235,30 @@ def to_records(rows, origin: str) -> tuple[list[Persona], list[Question]]:
         )
         raise PersonaFileError("\n".join(problems[:MAX_REPORTED]) + more)
     if not personas:
-        raise PersonaFileError(f"{origin}: no records")
+        raise PersonaFileError(f"{', '.join(p.origin for p in parts) or 'the source'}: no records")
     return list(personas.values()), list(questions.values())
 
 
-def _stamp(source: str) -> float | None:
+def source_files(source: str, split: str | None = None) -> list[Path]:
+    """The local files a source reads (for the fingerprint); none for a hub dataset."""
+    if source.startswith("hf:"):
+        return []
     path = resolve_path(source)
-    return path.stat().st_mtime if not source.startswith("hf:") and path.exists() else None
+    return layout_files(path, split) if path.is_dir() else [path]
+
+
+def _stamp(source: str, split: str | None) -> tuple:
+    return tuple((str(p), p.stat().st_mtime) for p in source_files(source, split) if p.exists())
 
 
 @lru_cache(maxsize=4)
-def _load(source: str, stamp: float | None) -> tuple[tuple[Persona, ...], tuple[Question, ...]]:
-    origin = source if source.startswith("hf:") else Path(source).name
-    personas, questions = to_records(load_dataset(source), origin)
+def _load(source: str, split: str | None, stamp: tuple) -> tuple[tuple, tuple]:
+    personas, questions = to_records(load_parts(source, split))
     return tuple(personas), tuple(questions)
 
 
-def load_external(source: str) -> tuple[list[Persona], list[Question]]:
+def load_external(source: str, split: str | None = None) -> tuple[list[Persona], list[Question]]:
     """Personas and questions from an external source (read once per process and file version:
     the personas and questions stages both ask)."""
-    personas, questions = _load(source, _stamp(source))
+    personas, questions = _load(source, split, _stamp(source, split))
     return list(personas), list(questions)

@@ -109,9 +109,10 @@ def read_back(picks: Iterable[PoolPersona]) -> Iterator[Persona]:
 
 
 def sample_personas(
-    personas: Sequence[P], categories: list[str], per_category: int, seed: int
+    personas: Sequence[P], categories: list[str], per_category: int | None, seed: int
 ) -> list[P]:
-    """`per_category` personas from each category, the same for the same seed.
+    """`per_category` personas from each category (None: all of them), the same for the same
+    seed.
 
     Within a category each next persona is the one whose preference levels are least covered
     by the sample so far (then whose dimensions are), so the sample spreads over contradicting
@@ -124,7 +125,8 @@ def sample_personas(
         pool = sorted((p for p in personas if p.category == category), key=lambda p: p.persona_id)
         if not pool:
             raise PersonaFileError(f"no personas of category {category!r} in the source")
-        if len(pool) < per_category:
+        want = per_category or len(pool)
+        if per_category and len(pool) < per_category:
             log.warning(
                 "only %d personas of %s for per_category=%d", len(pool), category, per_category
             )
@@ -152,7 +154,7 @@ def sample_personas(
         heap = [(crowding(pool[q[0]]), q[0], key) for key, q in members.items()]
         heapq.heapify(heap)
         taken = 0
-        while heap and taken < per_category:
+        while heap and taken < want:
             _, i, key = heapq.heappop(heap)
             fresh = (crowding(pool[i]), i, key)
             if heap and fresh > heap[0]:

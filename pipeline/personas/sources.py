@@ -2,8 +2,10 @@
 
 - `library` (the default): prb's persona library and question pools (`personas.library`,
   `personas.questions`), validated as `prb personas validate` does, sampled by preference level;
-- a local JSON/JSONL/Parquet file of LaMP-QA / Personalized-RewardBench-style records;
-- `hf:NAME[:CONFIG]`: the same records from a hub dataset, through `datasets`.
+- a local JSON/JSONL/Parquet file of LaMP-QA / Personalized-RewardBench-style records, or a
+  folder of LaMP-QA's own `{category}_{split}.json` files (`personas.split` picks the split);
+- `hf:NAME[:CONFIG]`: the same records from a hub dataset, through `datasets` (LaMP-QA:
+  `hf:alireza7/LaMP-QA`, its configs are the categories).
 
 A source says which categories it holds (a build's categories default to all of them), gives
 the build its personas and questions, validates itself before any call, and names the bytes it
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from pipeline.config import PersonaConfig, resolve_path
+from pipeline.config import PersonaConfig
 from pipeline.personas.files import (
     TAXONOMY_PATH,
     PersonaFileError,
@@ -76,7 +78,7 @@ class FileSource:
     def _load(self, cfg: PersonaConfig) -> tuple[list[Persona], list[Question]]:
         from pipeline.personas.importer import load_external
 
-        return load_external(cfg.source)
+        return load_external(cfg.source, cfg.split)
 
     def validate(self, cfg: PersonaConfig) -> None:
         self._load(cfg)  # the import refuses any bad record, naming it
@@ -93,8 +95,9 @@ class FileSource:
         return self._load(cfg)[1]
 
     def digests(self, cfg: PersonaConfig) -> dict[str, str]:
-        path = resolve_path(cfg.source)
-        return {str(path): file_digest(path)}
+        from pipeline.personas.importer import source_files
+
+        return {str(p): file_digest(p) for p in source_files(cfg.source, cfg.split)}
 
 
 class HubSource(FileSource):

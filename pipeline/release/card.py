@@ -37,6 +37,44 @@ def _source_note(source: str) -> str:
     return f"The personas and profiles were imported from `{source}`; its licence also applies."
 
 
+RECIPES = {
+    "prb": "prb's own: a content plan shared by both answers, then `chosen` following every "
+    "aspect and `rejected` with the same key points missing them by a named strategy; the "
+    "automatic filters dropped every pair that failed a check.",
+    "published": "the published Personalized RewardBench recipe: both answers written straight "
+    "from the question, the user's posts and their aspects (`chosen` from the aspects the user "
+    "expects, `rejected` from the same aspects as ones to avoid), no content plan. The "
+    "automatic checks ran in record-only mode: no pair was dropped for failing one, and the "
+    "`would_drop` column lists what each would have dropped.",
+}
+
+
+def recipe_note(cfg: dict) -> str:
+    """The card's words for how this release was made: the recipe and what it changed."""
+    recipe = cfg.get("recipe", "prb")
+    lines = [f"Recipe: **`{recipe}`**, {RECIPES.get(recipe, 'a custom recipe.')}"]
+    rubrics = cfg.get("rubrics", {}).get("source", "planner")
+    lines.append({
+        "planner": "Rubric aspects: derived by the planner model from each profile.",
+        "imported": "Rubric aspects: the users' own, as imported (no planner call).",
+        "both": "Rubric aspects: the users' own, as imported; the planner's are recorded beside "
+                "them in the build, with how many of the imported ones it found.",
+    }[rubrics])  # fmt: skip
+    profile = cfg.get("profile", {})
+    if profile.get("top_k"):
+        how = "a dense retriever" if profile.get("dense_model") else "BM25"
+        lines.append(
+            f"Profile: the {profile['top_k']} posts most relevant to the question (ranked by "
+            f"{how}) went into the prompts; the `profile` column holds every post."
+        )
+    if cfg.get("filters", {}).get("mode") == "record":
+        lines.append(
+            "Not filtered: pairs that the checks would have dropped are released; do not read "
+            "this release as checked for equal quality."
+        )
+    return "\n".join(f"- {x}" for x in lines)
+
+
 def card_header(manifest: Manifest, features: datasets.Features = FEATURES) -> dict:
     counts, sizes = manifest.per_category, manifest.num_bytes
     configs = [("all", "*/test-*.parquet", sum(counts.values()), sum(sizes.values()))] + [
@@ -104,9 +142,21 @@ def render_card(
     required = manifest.annotation.get("required", cfg["annotation"]["required"])
     fmt = {
         "seed": manifest.seeds["run"],
-        "per_category": cfg["personas"]["per_category"],
+        "per_category": cfg["personas"]["per_category"] or "every user",
         "budget": cfg["generation"]["word_budget"],
         "required": "required" if required else "not required",
+        "profile_selection": f"; its {cfg['profile']['top_k']} posts most relevant to the "
+        "question kept for the prompts"
+        if cfg.get("profile", {}).get("top_k")
+        else "",
+        "generation": "a content plan shared by both answers, then `chosen` (follows every "
+        "aspect) and `rejected` (same key points, one named strategy that misses them)"
+        if cfg["generation"].get("content_plan", True)
+        else "`chosen` from the aspects the user expects and `rejected` from the same aspects "
+        "as ones to avoid, no content plan",
+        "kept": "pairs that passed every automatic check (thresholds below)"
+        if cfg["filters"].get("mode", "drop") == "drop"
+        else "every pair: the checks only recorded what they would drop (`would_drop`)",
     }
     funnel_rows, prev = [], None
     for i, step in enumerate(manifest.funnel, 1):
@@ -168,6 +218,7 @@ def render_card(
         "fingerprint": manifest.config_fingerprint,
         "license": manifest.license,
         "source_note": _source_note(cfg["personas"]["source"]),
+        "recipe_md": recipe_note(cfg),
     }
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),

@@ -40,6 +40,8 @@ _BEFORE_CHECKS = {  # column -> (dtype names, card text)
     "rejected_strategy": (_S, "how `rejected` misses the aspects (e.g. `wrong_tone`)"),
 }  # fmt: skip
 _AFTER_CHECKS = {
+    "would_drop": ([_S], "what the checks would have dropped this pair for, when they only "
+                         "recorded (`filters.mode: record`, the published recipe); else empty"),
     "annotation": (
         {"verdict": _S, "n_labels": "int32", "chosen_votes": "int32", "rejected_votes": "int32",
          "tie_votes": "int32"},
@@ -103,6 +105,7 @@ def to_row(f: FilterRecord, ann: AnnotationRecord) -> dict:
                      else dict.fromkeys(c.features)).items()
     }  # fmt: skip
     return row | {
+        "would_drop": f.would_drop,
         "annotation": ann.model_dump(exclude={"pair_id"}),
         "generator_model": p.generator_model,
         "judge_model": f.judge_model,

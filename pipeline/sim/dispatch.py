@@ -16,6 +16,10 @@ def detect_task(header: str | None, t: dict[str, str]) -> str:
     answered as the known task whose prompt has the same shape (its tags)."""
     if header in HANDLED:
         return header
+    if "avoid_aspects" in t and "past_posts" in t:  # the published recipe (prompts/published_*)
+        return "rejected"
+    if "aspects" in t and "past_posts" in t:
+        return "chosen"
     if "profile" in t:
         return "planner"
     if "answer_a" in t:

@@ -436,8 +436,30 @@ def layout(points: list[str], fmt: str) -> str:
     return " ".join(f"{p}." for p in points)
 
 
+def style_of(aspect: str) -> Style:
+    """The style an aspect asks for: the planner's own words, else the first style whose cue
+    the aspect's words carry (imported users' aspects are free text), else FALLBACK."""
+    exact = STYLE_BY_ASPECT.get(aspect.lower())
+    if exact or aspect.lower() == FALLBACK.aspect.lower():
+        return exact or FALLBACK
+    return next((s for s in STYLES if s.cue.search(aspect)), FALLBACK)
+
+
 def styles_of(aspects: list[str]) -> list[Style]:
-    return [STYLE_BY_ASPECT.get(a.lower(), FALLBACK) for a in aspects]
+    return [style_of(a) for a in aspects]
+
+
+def points_of(t: dict[str, str], task: str) -> list[str]:
+    """The key points an answer covers: the shared plan's; without one (the published recipe
+    writes each answer straight from the question) each answer picks its own, as two separate
+    model calls would: which points, and how many, differ between chosen and rejected."""
+    points = bullets(t.get("key_points", ""))
+    if points:
+        return points
+    rng = rng_for("points", task, t.get("question", ""), t.get("past_posts", ""))
+    kws = keywords(t.get("question", "")) or ["this"]
+    a, b = kws[0], kws[min(1, len(kws) - 1)]
+    return [p.format(a=a, b=b) for p in rng.sample(POINTS, rng.randint(3, 5))]
 
 
 def trim(text: str, budget: int) -> str:
@@ -452,7 +474,7 @@ def _opener_words(styles: list[Style]) -> int:
 
 def chosen(t: dict[str, str], system: str, rng: random.Random) -> str:
     styles = styles_of(numbered(t.get("aspects", "")))
-    points = bullets(t.get("key_points", ""))
+    points = points_of(t, "chosen")
     fmt = next((s.tag for s in styles if s.tag in LAYOUTS), "prose")
     opener = " ".join(s.phrase for s in styles if s.tag not in LAYOUTS)
     return trim(
@@ -540,7 +562,7 @@ def rejected(t: dict[str, str], system: str, rng: random.Random, leaky: bool = F
     styles = styles_of(numbered(t.get("aspects") or t.get("avoid_aspects", "")))
     wanted = {s.tag for s in styles}
     strategy = t.get("strategy") or tags(system).get("strategy") or "ignore_aspects"
-    points = bullets(t.get("key_points", ""))
+    points = points_of(t, "rejected")
     fmt = _rejected_layout(strategy, wanted, rng)
     if not leaky:
         opener = " ".join(s.phrase for s in _misfit_styles(styles, strategy, rng))
@@ -558,7 +580,7 @@ def rejected(t: dict[str, str], system: str, rng: random.Random, leaky: bool = F
 
 
 def budget(system: str) -> int:
-    m = re.search(r"at most (\d+) words", system)
+    m = re.search(r"(?:at most|within) (\d+) words", system)
     return int(m.group(1)) if m else 100
 
 

@@ -34,15 +34,15 @@ def model_stages() -> tuple[Stage, ...]:
     return tuple(s for s in STAGES if s.role)
 
 
-def build_tasks() -> tuple[str, ...]:
-    """Every prompt task a build uses (the stages' and the checks'): in the fingerprint and
-    the manifest, so a changed prompt file can never go unnoticed."""
-    return prompt_tasks(STAGES)
+def build_tasks(cfg=None) -> tuple[str, ...]:
+    """Every prompt task a build (of this config) uses, the stages' and the checks': in the
+    fingerprint and the manifest, so a changed prompt file can never go unnoticed."""
+    return prompt_tasks(STAGES, cfg)
 
 
 def prompt_samples(cfg=None) -> dict[str, dict]:
     """task -> the sample variables preflight renders it with."""
-    return {task: v for s in STAGES for task, v in s.samples.items()}
+    return {task: v for s in STAGES for task, v in s.prompts(cfg).items()}
 
 
 def call_order() -> list[str]:

@@ -78,8 +78,17 @@ class Stage:
     role: str | None = None  # "generator" or "judge": a model stage, billed to that model
     unsettled: Callable[[Any], bool] = _none  # an output record that a resume asks again
     samples: dict[str, dict] = field(default_factory=dict)  # task -> variables (preflight)
+    # the prompt tasks a config makes it call, with their samples, when that depends on the
+    # config (a recipe's prompt files; no planner for imported aspects); default: all of them
+    configured: Callable[[Any], dict[str, dict]] | None = None
     # when it passes nothing on: what to do (may use {run_id}); else the cause's own hint
     empty_hint: str = ""
+
+    def prompts(self, cfg=None) -> dict[str, dict]:
+        """task -> preflight sample variables, for this config if given."""
+        if cfg is not None and self.configured is not None:
+            return self.configured(cfg)
+        return {t: self.samples.get(t, {}) for t in self.tasks}
 
     def file(self, run_dir: Path) -> StageFile:
         return StageFile(run_dir, self.name, self.output)
@@ -91,9 +100,10 @@ class Stage:
         return Records(self.file(run_dir), self.output_id, wanted)
 
 
-def prompt_tasks(stages: tuple[Stage, ...]) -> tuple[str, ...]:
-    """Every prompt task the stages use (the filters stage's are its checks')."""
-    return tuple(dict.fromkeys(t for s in stages for t in s.tasks))
+def prompt_tasks(stages: tuple[Stage, ...], cfg=None) -> tuple[str, ...]:
+    """Every prompt task the stages use (the filters stage's are its checks'); with a config,
+    those that config uses."""
+    return tuple(dict.fromkeys(t for s in stages for t in s.prompts(cfg)))
 
 
 def roles(stages: tuple[Stage, ...]) -> dict[str, str]:

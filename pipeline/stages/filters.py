@@ -32,7 +32,7 @@ def calls_of(check, pair: Pair, shared: dict) -> list:
 
 def unsettled(record: FilterRecord) -> bool:
     """A judge call that ran out of retries on a flaky endpoint: judge the pair again."""
-    return any(is_transient(r) for r in record.reasons)
+    return any(is_transient(r) for r in [*record.reasons, *record.would_drop])
 
 
 async def run(ctx: RunContext, pairs: Records) -> Records:
@@ -46,7 +46,8 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
     # round: a round costs a job's turnaround there, and a call saved is not worth a day)
     free = [c for c in by_cost() if not c.cost and c in on]
     judges = [c for c in by_cost() if c.cost and c in on]
-    if cfg.evaluate_all:
+    record_only = cfg.mode == "record"  # every check on every pair, nothing dropped
+    if cfg.evaluate_all or record_only:
         rounds = [on]
     elif ctx.llm.batched:
         rounds = [free, judges]
@@ -70,7 +71,7 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
         errors: dict[str, LLMError] = {}
         skipped: list[str] = []
         for group in rounds:
-            if (any(reasons.values()) or errors) and not cfg.evaluate_all:  # dropped already
+            if (any(reasons.values()) or errors) and len(rounds) > 1:  # dropped already
                 skipped += [c.name for c in group]
                 continue
             planned = [(c, call) for c in group for call in calls_of(c, pair, shared)]
@@ -94,8 +95,9 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
                 c.name: results[c.name].model_dump(mode="json") for c in CHECKS if c.name in results
             },  # fmt: skip
             judge_model=judge,
-            kept=not ordered,
-            reasons=ordered,
+            kept=record_only or not ordered,
+            reasons=[] if record_only else ordered,
+            would_drop=ordered if record_only else [],
             flags=[f for c in CHECKS if c.name in results for f in c.flags(results[c.name])],
             errors={name: f"{e.kind}: {e.detail}" for name, e in errors.items()},
             calls={name: r.key for name, r in done.items()},
@@ -134,6 +136,6 @@ STAGE = Stage(
     calls=tuple(name for c in CHECKS for name in c.call_names),
     samples=_check_samples(),
     funnel="filters_kept",
-    about="pairs that passed every automatic check (thresholds below)",
+    about="{kept}",
     empty_hint="see `prb audit {run_id}`, and the thresholds under `filters:` in the config",
 )

@@ -1,7 +1,12 @@
 """Stage 4 — pairs: one shared content plan, then a chosen answer that follows every aspect and
 a rejected answer with the same key points and word budget that misses them by a named strategy
 (the `strategies:` table of prompts/rejected.yaml). Equal general quality comes from the shared
-plan; the filters stage checks it held."""
+plan; the filters stage checks it held.
+
+The recipe names the two prompt files (`generation.chosen_prompt`, `rejected_prompt`) and
+whether the content plan comes first (`generation.content_plan`): the published recipe writes
+both answers straight from the question, the user's posts and the aspects. Every prompt gets the
+same variables; each uses what it needs."""
 
 from __future__ import annotations
 
@@ -12,6 +17,13 @@ from pipeline.stages.base import RunContext, Stage, model_stage_done, process_st
 from pipeline.store import Records
 
 TASKS = ("content_plan", "chosen", "rejected")
+
+
+def tasks_of(cfg) -> dict[str, str]:
+    """role (content_plan, chosen, rejected) -> the prompt task this config uses for it."""
+    g = cfg.generation
+    plan = {"content_plan": "content_plan"} if g.content_plan else {}
+    return plan | {"chosen": g.chosen_prompt, "rejected": g.rejected_prompt}
 
 
 def pick_strategy(task_id: str, strategies: list[str], seed: int) -> str:
@@ -32,8 +44,8 @@ def strategies(cfg, prompt) -> list[str]:
 
 
 async def run(ctx: RunContext, rubrics: Records) -> Records:
-    prompts = {t: load_prompt(t) for t in TASKS}
-    versions = {t: p.ref for t, p in prompts.items()}
+    prompts = {role: load_prompt(t) for role, t in tasks_of(ctx.cfg).items()}
+    versions = {p.task: p.ref for p in prompts.values()}
     instructions = prompts["rejected"].extra["strategies"]
     names = strategies(ctx.cfg, prompts["rejected"])
     model = ctx.cfg.model.generator
@@ -43,7 +55,7 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
         task = rec.task
         aspects = [a.model_dump() for a in rec.rubric_aspects]
         strategy = pick_strategy(task.task_id, names, ctx.cfg.seed)
-        profile = [i.model_dump() for i in task.persona.profile]
+        profile = [i.model_dump() for i in task.profile]
         pid = pair_id(task.persona.persona_id, task.question, profile, versions)
 
         async def ask(name: str, max_tokens: int | None = None, **variables):
@@ -51,9 +63,12 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
                                       variables=variables, max_tokens=max_tokens)  # fmt: skip
 
         try:
-            plan = await ask("content_plan", question=task.question)
-            common = {"question": task.question, "key_points": plan.value.key_points,
-                      "aspects": aspects, "word_budget": budget}  # fmt: skip
+            plan = None
+            if "content_plan" in prompts:
+                plan = await ask("content_plan", question=task.question)
+            key_points = plan.value.key_points if plan else []
+            common = {"question": task.question, "key_points": key_points, "aspects": aspects,
+                      "word_budget": budget, "profile": profile}  # fmt: skip
             chosen = await ask("chosen", budget_tokens(budget), **common)
             rejected = await ask("rejected", budget_tokens(budget), **common, strategy=strategy,
                                  strategy_instruction=instructions[strategy])  # fmt: skip
@@ -66,13 +81,14 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
             task=task,
             rubric_aspects=rec.rubric_aspects,
             narrative=rec.narrative,
-            key_points=plan.value.key_points,
+            key_points=key_points,
             chosen=chosen.value,
             rejected=rejected.value,
             rejected_strategy=strategy,
             generator_model=model,
             prompt_versions=versions,
-            calls={"content_plan": plan.key, "chosen": chosen.key, "rejected": rejected.key},
+            calls=({"content_plan": plan.key} if plan else {})
+            | {"chosen": chosen.key, "rejected": rejected.key},
         )
 
     await process_stage(STAGE, rubrics, ctx.run_dir, generate)
@@ -81,7 +97,18 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
 
 _ASPECTS = [{"aspect": "An aspect", "evidence": "[p1] 'sample'", "reason": "A reason."}]
 _COMMON = {"question": "A question?", "key_points": ["A point."], "aspects": _ASPECTS,
-           "word_budget": 100}  # fmt: skip
+           "word_budget": 100,
+           "profile": [{"id": "p1", "category": "sample", "text": "A sample post."}]}  # fmt: skip
+_SAMPLES = {
+    "content_plan": {"question": "A question?"},
+    "chosen": _COMMON,
+    "rejected": {**_COMMON, "strategy": "a_strategy", "strategy_instruction": "An instruction."},
+}
+
+
+def configured(cfg) -> dict[str, dict]:
+    return {task: _SAMPLES[role] for role, task in tasks_of(cfg).items()}
+
 
 STAGE = Stage(
     name="pairs",
@@ -93,16 +120,8 @@ STAGE = Stage(
     role="generator",
     tasks=TASKS,
     calls=TASKS,
-    samples={
-        "content_plan": {"question": "A question?"},
-        "chosen": _COMMON,
-        "rejected": {
-            **_COMMON,
-            "strategy": "ignore_aspects",
-            "strategy_instruction": "An instruction.",
-        },
-    },  # fmt: skip
+    samples=_SAMPLES,
+    configured=configured,
     funnel="pairs",
-    about="a content plan shared by both answers, then `chosen` (follows every aspect) and "
-    "`rejected` (same key points, one named strategy that misses them), each ≤ {budget} words",
+    about="{generation}, each ≤ {budget} words",
 )

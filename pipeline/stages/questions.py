@@ -8,8 +8,10 @@ import random
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
+from pipeline.config import ProfileConfig
 from pipeline.personas.sources import source_for
 from pipeline.records import Persona, Question, Task, task_id
+from pipeline.retrieval import rank
 from pipeline.stages.base import RunContext, Stage
 from pipeline.store import Records
 
@@ -46,14 +48,26 @@ def assign_questions(
                 question_id=q.question_id,
                 question=q.question,
                 category=persona.category,
+                imported_aspects=q.rubric_aspects,
+                imported_narrative=q.narrative,
             )
+
+
+def select_profile(task: Task, cfg: ProfileConfig) -> Task:
+    """profile.top_k: rank the user's posts against the question, keep the best k."""
+    if not cfg.top_k:
+        return task
+    ranking = rank(task.question, task.persona.profile, cfg)
+    return task.model_copy(
+        update={"profile_ranking": ranking, "profile_ids": [r.id for r in ranking[: cfg.top_k]]}
+    )
 
 
 async def run(ctx: RunContext, personas: Records) -> Records:
     cfg = ctx.cfg.personas
     pool = source_for(cfg).questions(cfg)
     tasks = assign_questions(personas, pool, cfg.questions_per_persona, ctx.cfg.seed)
-    STAGE.file(ctx.run_dir).write_all(tasks)
+    STAGE.file(ctx.run_dir).write_all(select_profile(t, ctx.cfg.profile) for t in tasks)
     records = Records(STAGE.file(ctx.run_dir), STAGE.output_id)
     ctx.funnel["questions"] = len(records)
     return records
@@ -68,5 +82,5 @@ STAGE = Stage(
     run=run,
     funnel="questions",
     about="one question per persona: its own question if it has one, else one from the "
-    "category's pool",
+    "category's pool{profile_selection}",
 )

@@ -188,7 +188,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
             models={"generator": cfg.model.generator, "judge": cfg.model.judge},
             prompts={
                 t: {"version": p.version, "sha256": p.sha256, "ref": p.ref}
-                for t, p in sorted((t, load_prompt(t)) for t in prompt_tasks(ctx.stages))
+                for t, p in sorted((t, load_prompt(t)) for t in prompt_tasks(ctx.stages, cfg))
             },
             packages=mf.versions(),
             funnel=mf.funnel(ctx.funnel),

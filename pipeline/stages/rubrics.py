@@ -1,4 +1,7 @@
-"""Stage 3 — rubrics: a planner call derives rubric aspects and a narrative per task.
+"""Stage 3 — rubrics: each task's rubric aspects and narrative, by `rubrics.source`:
+`planner` (a planner call derives them), `imported` (the user's own published aspects, no call)
+or `both` (the imported ones are used; the planner's are recorded beside them, with how many of
+the imported aspects it found: the audit's agreement figure).
 
 Every aspect must rest on the profile: its `evidence` cites a real profile item id in brackets
 or quotes a profile item. Aspects that do neither are moved to `ungrounded_aspects` (kept for
@@ -13,9 +16,10 @@ import re
 
 from pipeline.llm import LLMError
 from pipeline.prompts import load_prompt
-from pipeline.records import Dropped, RubricAspect, RubricRecord, Task
+from pipeline.records import AspectAgreement, Dropped, RubricAspect, RubricRecord, Task
 from pipeline.stages.base import RunContext, Stage, model_stage_done, process_stage
 from pipeline.store import Records
+from pipeline.text import content_words
 
 CITED_ID = re.compile(r"\[([^\[\]]+)\]")
 QUOTE = re.compile(r"['\"‘“]([^'\"’”]{12,})['\"’”]")
@@ -23,10 +27,10 @@ MIN_QUOTE = 12  # characters of a quote that must occur verbatim in a profile it
 
 
 def grounded(aspect: RubricAspect, task: Task) -> bool:
-    ids = {i.id for i in task.persona.profile}
+    ids = {i.id for i in task.profile}
     if any(c.strip() in ids for c in CITED_ID.findall(aspect.evidence)):
         return True
-    texts = [i.text.lower() for i in task.persona.profile]
+    texts = [i.text.lower() for i in task.profile]
     for quote in QUOTE.findall(aspect.evidence):
         quote = quote.strip().lower().rstrip(".…")
         if len(quote) >= MIN_QUOTE and any(quote in t for t in texts):
@@ -45,17 +49,57 @@ def distinct(aspects: list[RubricAspect]) -> list[RubricAspect]:
     return out
 
 
+AGREE = 0.5  # share of the shorter aspect's content words the other must have to match it
+
+
+def agreement(imported: list[RubricAspect], planned: list[RubricAspect]) -> AspectAgreement:
+    """Which imported aspects the planner found: a planner aspect matches when the two share at
+    least half the content words of the shorter one (model-free; first match wins)."""
+    words = [content_words(a.aspect) for a in planned]
+    matches: list[int | None] = []
+    for a in imported:
+        mine = content_words(a.aspect)
+        hit = next(
+            (k for k, w in enumerate(words, 1)
+             if mine and w and len(mine & w) >= AGREE * min(len(mine), len(w))),
+            None,
+        )  # fmt: skip
+        matches.append(hit)
+    return AspectAgreement(
+        found=sum(m is not None for m in matches), of=len(imported), matches=matches
+    )
+
+
+def imported(task: Task) -> RubricRecord | Dropped:
+    if not task.imported_aspects:
+        return Dropped(
+            stage=STAGE.name,
+            id=task.task_id,
+            reason="rubrics_none_imported",
+            detail=f"question {task.question_id} has no rubric_aspects to import",
+        )
+    return RubricRecord(
+        task=task,
+        rubric_aspects=distinct(task.imported_aspects),
+        narrative=task.imported_narrative or task.persona.narrative or "",
+        source="imported",
+    )
+
+
 async def run(ctx: RunContext, tasks: Records) -> Records:
     planner = load_prompt("planner")
+    source = ctx.cfg.rubrics.source
 
     async def plan(task: Task) -> RubricRecord | Dropped:
+        if source == "imported":
+            return imported(task)
         try:
             result = await ctx.llm.call(
                 planner,
                 stage=STAGE.name,
                 model=ctx.cfg.model.generator,
                 variables={
-                    "profile": [i.model_dump() for i in task.persona.profile],
+                    "profile": [i.model_dump() for i in task.profile],
                     "question": task.question,
                 },
             )
@@ -65,6 +109,14 @@ async def run(ctx: RunContext, tasks: Records) -> Records:
             )
         aspects = result.value.rubric_aspects
         kept = distinct([a for a in aspects if grounded(a, task)])
+        if source == "both":
+            own = imported(task)
+            if isinstance(own, RubricRecord):
+                own.source, own.planner_aspects = "both", kept
+                own.agreement = agreement(own.rubric_aspects, kept)
+                own.ungrounded_aspects = [a for a in aspects if not grounded(a, task)]
+                own.calls = {"planner": result.key}
+            return own
         if not kept:
             return Dropped(
                 stage=STAGE.name,
@@ -98,6 +150,8 @@ STAGE = Stage(
     tasks=("planner",),
     calls=("planner",),
     samples={"planner": {"profile": _PROFILE, "question": "A question?"}},
+    # imported aspects need no planner
+    configured=lambda cfg: {} if cfg.rubrics.source == "imported" else STAGE.samples,
     funnel="rubrics",
     about="a planner model derives rubric aspects, each citing profile items as evidence, and "
     "a narrative",

@@ -1,0 +1,243 @@
+"""`prb compare RELEASE_A RELEASE_B`: two ways of building the same pairs, side by side.
+
+Both releases are read through pipeline/release/load.py (prb's or anyone's, any layout). A pair
+of A and a pair of B are the same pair when they share the user (the profile's text) and the
+question; releases that store different profiles for the same user (one keeps the top-k
+posts, say) are matched on the question alone, and the report says so. Every figure is given
+on the shared pairs (the fair comparison: same users, same questions) and on each release
+whole: lengths, the audit's model-free leakage probes, the quality gap, the persona-blind
+judge and adherence where the release records them (prb's `quality` and `pair_checks`
+columns), and keep rates from the manifest (and `would_drop`, for a record-only recipe).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from pathlib import Path
+
+import jinja2
+
+from pipeline import probes
+from pipeline.audit import TEMPLATES
+from pipeline.release.load import load_rows, profile_text
+from pipeline.store import atomic_write
+
+
+def _question(row: dict) -> str:
+    return " ".join(str(row["question"]).casefold().split())
+
+
+def _profile(row: dict) -> str:
+    return hashlib.sha256(profile_text(row).encode()).hexdigest()[:16]
+
+
+def match(a: list[dict], b: list[dict]) -> tuple[list[tuple[dict, dict]], str]:
+    """The pairs both releases hold, and what they were matched on."""
+    for name, key in (("user and question", lambda r: (_profile(r), _question(r))),
+                      ("question", _question)):  # fmt: skip
+        in_b = {key(r): r for r in b}
+        shared = [(r, in_b[key(r)]) for r in a if key(r) in in_b]
+        unique = len({key(r) for r in a}) == len(a) and len(in_b) == len(b)
+        if shared and unique:
+            return shared, name
+    return [], "user and question"
+
+
+def _mean(xs: list[float]) -> float | None:
+    return round(statistics.fmean(xs), 4) if xs else None
+
+
+def _median(xs: list[float]) -> float | None:
+    return round(statistics.median(xs), 4) if xs else None
+
+
+def _quality_gap(row: dict) -> float | None:
+    q = row.get("quality")
+    if not isinstance(q, dict) or not q.get("chosen") or not q.get("rejected"):
+        return None
+    mean = lambda s: statistics.fmean(v for v in s.values() if v is not None)  # noqa: E731
+    return mean(q["chosen"]) - mean(q["rejected"])
+
+
+BLIND = {"chosen": 1.0, "none": 0.5, "rejected": 0.0}
+
+
+def figures(rows: list[dict]) -> dict:
+    """One release's (or its shared pairs') figures."""
+    wc = [len(probes.words(r["chosen"])) for r in rows]
+    wr = [len(probes.words(r["rejected"])) for r in rows]
+    checks = [r.get("pair_checks") or {} for r in rows]
+    gaps = [g for g in map(_quality_gap, rows) if g is not None]
+    blind = [BLIND[c["blind_picked"]] for c in checks if c.get("blind_picked") in BLIND]
+    would = [r["would_drop"] for r in rows if isinstance(r.get("would_drop"), list)]
+    found = probes.run_all(rows) if len(rows) >= 2 else []
+    return {
+        "pairs": len(rows),
+        "words_chosen_mean": _mean(wc),
+        "words_rejected_mean": _mean(wr),
+        "words_chosen_median": _median(wc),
+        "words_rejected_median": _median(wr),
+        "median_length_ratio": _median([b / max(1, a) for a, b in zip(wc, wr, strict=True)]),
+        "chosen_longer": _mean([float(a > b) for a, b in zip(wc, wr, strict=True)]),
+        "quality_gap": _mean(gaps),
+        "blind_accuracy": _mean(blind),
+        "adherence_chosen": _mean(
+            [c["adherence_chosen"] for c in checks if c.get("adherence_chosen") is not None]
+        ),  # fmt: skip
+        "adherence_rejected": _mean(
+            [c["adherence_rejected"] for c in checks if c.get("adherence_rejected") is not None]
+        ),  # fmt: skip
+        "would_keep": _mean([float(not w) for w in would]) if would else None,
+        "probes": probes.summary(found) if found else None,
+    }
+
+
+def keep_rates(spec: str) -> dict | None:
+    """A prb release's manifest funnel: released / pairs generated, released / questions."""
+    path = Path(spec)
+    manifest = (path if path.is_dir() else path.parent) / "manifest.json"
+    if spec.startswith("hf:") or not manifest.is_file():
+        return None
+    funnel = {s["stage"]: s["count"] for s in json.loads(manifest.read_text())["funnel"]}
+    released = funnel.get("released")
+    if not released:
+        return None
+    rate = lambda stage: round(released / funnel[stage], 4) if funnel.get(stage) else None  # noqa: E731
+    config = json.loads(manifest.read_text())["config"]
+    return {
+        "of_pairs": rate("pairs"),
+        "of_questions": rate("questions"),
+        "recipe": config.get("recipe"),
+        "filters_mode": config["filters"].get("mode"),
+    }
+
+
+# (label, key, how to show it) for the terminal table and the reports, in order
+ROWS = [
+    ("pairs", "pairs", "{:d}"),
+    ("words, chosen (mean)", "words_chosen_mean", "{:.1f}"),
+    ("words, rejected (mean)", "words_rejected_mean", "{:.1f}"),
+    ("median rejected/chosen words", "median_length_ratio", "{:.3f}"),
+    ("share chosen longer", "chosen_longer", "{:.3f}"),
+    ("quality gap (chosen - rejected, 1-5)", "quality_gap", "{:+.3f}"),
+    ("persona-blind judge accuracy", "blind_accuracy", "{:.3f}"),
+    ("adherence, chosen", "adherence_chosen", "{:.3f}"),
+    ("adherence, rejected", "adherence_rejected", "{:.3f}"),
+    ("would keep (record-only checks)", "would_keep", "{:.3f}"),
+]
+
+
+def show(value, fmt: str) -> str:
+    return "–" if value is None else fmt.format(value)
+
+
+def table(report: dict) -> list[list[str]]:
+    """Rows: metric, A shared, B shared, A all, B all."""
+    a, b = report["a"], report["b"]
+    out = []
+    for label, key, fmt in ROWS:
+        out.append([label] + [show(x[part][key], fmt) for part in ("shared", "all")
+                              for x in (a, b)])  # fmt: skip
+    names = [p["name"] for p in (a["all"]["probes"] or {}).get("probes", [])]
+    for name in names:
+        cells = []
+        for part in ("shared", "all"):
+            for x in (a, b):
+                found = {p["name"]: p for p in (x[part]["probes"] or {}).get("probes", [])}
+                p = found.get(name)
+                cells.append("–" if not p or p["value"] is None else
+                             f"{p['value']:.3f}" + (" LEAK" if p["leak"] else ""))  # fmt: skip
+        out.append([f"probe: {name}"] + cells)
+    for part_label, part in (("verdict", "probes"),):
+        out.append([part_label] + [
+            (x[p][part] or {}).get("verdict", "–") for p in ("shared", "all") for x in (a, b)
+        ])  # fmt: skip
+    for key, label in (("of_pairs", "keep rate (released / pairs made)"),
+                       ("of_questions", "keep rate (released / questions)")):  # fmt: skip
+        cells = [show((x["keep"] or {}).get(key), "{:.3f}") for x in (a, b)]
+        out.append([label, "", "", *cells])
+    return out
+
+
+def plot(report: dict, rows_a: list[dict], rows_b: list[dict], out: Path) -> dict[str, str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    names = (report["a"]["name"], report["b"]["name"])
+    fig, ax = plt.subplots(figsize=(7, 3))
+    for rows, name, color in ((rows_a, names[0], "#4c72b0"), (rows_b, names[1], "#dd8452")):
+        ratios = [len(probes.words(r["rejected"])) / max(1, len(probes.words(r["chosen"])))
+                  for r in rows]  # fmt: skip
+        ax.hist(ratios, bins=25, alpha=0.55, label=name, color=color)
+    ax.axvspan(*probes.LENGTH_BAND, color="#55a868", alpha=0.12, label="0.85-1.15")
+    ax.set_xlabel("rejected words / chosen words (shared pairs)")
+    ax.set_ylabel("pairs")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "lengths.png", dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+    found = [
+        {p["name"]: p for p in (report[x]["shared"]["probes"] or {}).get("probes", [])
+         if p["kind"] == "accuracy" and p["value"] is not None}
+        for x in ("a", "b")
+    ]  # fmt: skip
+    shown = [n for n in found[0] if n in found[1]]
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(shown) + 1.2))
+    for k, (f, name, color) in enumerate(zip(found, names, ("#4c72b0", "#dd8452"), strict=True)):
+        ys = [i + (k - 0.5) * 0.38 for i in range(len(shown))]
+        vals = [f[n]["value"] for n in shown]
+        err = [[max(0.0, f[n]["value"] - f[n]["low"]) for n in shown],
+               [max(0.0, f[n]["high"] - f[n]["value"]) for n in shown]]  # fmt: skip
+        ax.barh(ys, vals, height=0.36, color=color, alpha=0.8, label=name)
+        ax.errorbar(vals, ys, xerr=err, fmt="none", ecolor="black", capsize=2)
+    ax.axvline(0.5, color="grey", ls=":", lw=1)
+    ax.axvline(probes.THRESHOLD, color="#c44e52", ls="--", lw=1, label="leak threshold")
+    ax.set_yticks(range(len(shown)), shown, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("probe accuracy without the user, shared pairs (95% interval)")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(out / "probes.png", dpi=100, metadata={"Software": None})
+    plt.close(fig)
+    return {"lengths": "plots/lengths.png", "probes": "plots/probes.png"}
+
+
+def release_name(spec: str) -> str:
+    parts = [p for p in Path(spec.removeprefix("hf:")).with_suffix("").parts
+             if p not in ("/", ".", "..", "release")]  # fmt: skip
+    return parts[-1] if parts else spec
+
+
+def compare(spec_a: str, spec_b: str, out: Path) -> dict:
+    rows_a, info_a = load_rows(spec_a)
+    rows_b, info_b = load_rows(spec_b)
+    shared, matched_on = match(rows_a, rows_b)
+    report = {"matched_on": matched_on, "shared": len(shared)}
+    for side, spec, rows, info, pick in (("a", spec_a, rows_a, info_a, 0),
+                                         ("b", spec_b, rows_b, info_b, 1)):  # fmt: skip
+        report[side] = {"name": release_name(str(spec)), "source": info["source"],
+                        "all": figures(rows), "shared": figures([s[pick] for s in shared]),
+                        "keep": keep_rates(str(spec))}  # fmt: skip
+        if (report[side]["keep"] or {}).get("filters_mode", "record") != "record":
+            for part in ("all", "shared"):  # a release that dropped: would_drop is always empty
+                report[side][part]["would_keep"] = None
+    report["table"] = table(report)
+    report["plots"] = plot(report, [s[0] for s in shared], [s[1] for s in shared],
+                           out / "plots") if shared else {}  # fmt: skip
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,
+                             lstrip_blocks=True, undefined=jinja2.StrictUndefined,
+                             autoescape=jinja2.select_autoescape(["html"]))  # fmt: skip
+    for name in ("compare.md", "report.html"):
+        template = "compare.md.j2" if name.endswith(".md") else "compare.html.j2"
+        with atomic_write(out / name) as f:
+            f.write(env.get_template(template).render(r=report))
+    with atomic_write(out / "compare.json") as f:
+        json.dump(report, f, indent=2, sort_keys=True)
+    return report
