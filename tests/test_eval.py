@@ -252,6 +252,7 @@ def test_correlation_matches_hand_computed_values():
     ideal = 0.8 + 0.65 / math.log2(3) + 0.6 / 2 + 0.3 / math.log2(5)
     assert c["ndcg"] == pytest.approx(dcg / ideal)
     assert math.isnan(correlation([0.5], [0.5])["spearman"])
+    assert math.isnan(correlation([0.4, 0.6], [0.0, 0.0])["ndcg"])  # nothing to rank by
 
 
 def test_bon_from_file_and_from_the_generator(tmp_path, sim_url):

@@ -359,3 +359,23 @@ def test_prb_demo_recipe_published_builds_offline(tmp_path):
     bad = prb("demo", "--recipe", "nope")
     assert bad.returncode == 2 and "unknown --recipe 'nope'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_imported_aspects_and_the_agreement_figure():
+    from pipeline.records import Persona, RubricAspect
+    from pipeline.stages.rubrics import agreement, imported
+
+    def aspect(text: str) -> RubricAspect:
+        return RubricAspect(aspect=text, evidence="said so", reason="r")
+
+    persona = Persona(persona_id="u-1", category="Society_and_Culture",
+                      profile=[ProfileItem(id="1", category="c", text="A post.")])  # fmt: skip
+    task = Task(task_id="t", persona=persona, question_id="q1", question="Q?",
+                category="Society_and_Culture")  # fmt: skip
+    dropped = imported(task)  # a user without published aspects: dropped, with the reason
+    assert dropped.reason == "rubrics_none_imported" and "q1" in dropped.detail
+    ours = [aspect("Keep every suggestion cheap"), aspect("Use numbered steps"),
+            aspect("Mention local clubs")]  # fmt: skip
+    theirs = [aspect("Give numbered steps in order"), aspect("Suggestions must stay cheap")]
+    found = agreement(ours, theirs)
+    assert (found.found, found.of, found.matches) == (2, 3, [2, 1, None])

@@ -182,7 +182,8 @@ async def best_of_n(
 
 def correlation(accuracy: list[float], downstream: list[float]) -> dict:
     """How well benchmark accuracy orders models by downstream quality: Spearman's rho,
-    Kendall's tau (tau-b) and NDCG of the accuracy ranking with downstream scores as gains."""
+    Kendall's tau (tau-b) and NDCG of the accuracy ranking with downstream scores as gains
+    (non-negative; NaN when every model does equally well downstream)."""
     acc, down = np.asarray(accuracy, float), np.asarray(downstream, float)
     if len(acc) < 2:
         return {"models": len(acc), "spearman": math.nan, "spearman_p": math.nan,
@@ -197,24 +198,28 @@ def correlation(accuracy: list[float], downstream: list[float]) -> dict:
         "spearman_p": float(rho.pvalue),
         "kendall": float(tau.statistic),
         "kendall_p": float(tau.pvalue),
-        "ndcg": float(ndcg_score(down[None, :], acc[None, :])),
+        # all models equally good downstream: no ranking to recover (sklearn would say 0 or 1)
+        "ndcg": math.nan if np.ptp(down) == 0 else float(ndcg_score(down[None, :], acc[None, :])),
     }
 
 
-def scatter_plot(df: pd.DataFrame, path: Path, corr: dict) -> None:
+def scatter_plot(
+    df: pd.DataFrame, path: Path, corr: dict, y: str = "bon_win_rate",
+    ylabel: str = "Best-of-N win rate vs a random candidate", baseline: float = 0.5,
+) -> None:  # fmt: skip
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 5))
-    ax.scatter(df["accuracy"], df["bon_win_rate"], color="#4c72b0")
+    ax.scatter(df["accuracy"], df[y], color="#4c72b0")
     for _, r in df.iterrows():
-        ax.annotate(r["model"], (r["accuracy"], r["bon_win_rate"]), fontsize=7,
+        ax.annotate(r["model"], (r["accuracy"], r[y]), fontsize=7,
                     xytext=(3, 3), textcoords="offset points")  # fmt: skip
-    ax.axhline(0.5, color="grey", linestyle="--", linewidth=1)
+    ax.axhline(baseline, color="grey", linestyle="--", linewidth=1)
     ax.set_xlabel("benchmark accuracy")
-    ax.set_ylabel("Best-of-N win rate vs a random candidate")
+    ax.set_ylabel(ylabel)
     ax.set_title(
         f"Spearman {corr['spearman']:.2f}, Kendall {corr['kendall']:.2f}, NDCG {corr['ndcg']:.2f}"
     )
