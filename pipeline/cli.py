@@ -731,7 +731,7 @@ def reward_server(
 
     with contextlib.ExitStack() as stack:
         cfg = judge_config(stack, config, sim, base_url)
-        Scorer(rm, cfg, context).rm.close()  # a bad spec: one line, before the server starts
+        Scorer.check(rm, cfg, context)  # a bad spec: one line, before the server starts
         console.print(f"reward server for {rm} on http://{host}:{port} (POST /score, GET /health)")
         serve(rm, cfg, host=host, port=port, context=context, concurrency=concurrency,
               max_items=max_items)  # fmt: skip

@@ -40,15 +40,25 @@ class Scorer:
 
         self.cache = ResponseCache(self.cfg.cache_path)
         self.llm = LLM(self.cfg.model, self.cache)
-        self.rm = parse_spec(self.spec, llm=self.llm, judge_model=self.cfg.model.judge,
-                             context=self.context)  # fmt: skip
+        try:
+            self.rm = parse_spec(self.spec, llm=self.llm, judge_model=self.cfg.model.judge,
+                                 context=self.context)  # fmt: skip
+        except BaseException:
+            self.cache.close()  # the LLM client has opened nothing yet
+            raise
         if self.rm.pairwise:
+            self.cache.close()
             raise SpecError(
                 f"--rm {self.spec!r}: a pairwise judge compares two answers and a reward "
                 "server scores one: use a pointwise kind (judge, hf, ...)"
             )
         if hasattr(self.rm, "stage"):
             self.rm.stage = f"reward-server {self.rm.name}"
+
+    @classmethod
+    def check(cls, spec: str, cfg, context: str = "profile") -> None:
+        """Build and close one: a bad spec raises here, before any server starts."""
+        asyncio.run(cls(spec, cfg, context).aclose())
 
     @property
     def name(self) -> str:
@@ -150,7 +160,7 @@ class Background:
 
         import uvicorn
 
-        Scorer(spec, cfg, context).rm.close()  # a bad spec fails here, not in the thread
+        Scorer.check(spec, cfg, context)  # a bad spec fails here, not in the thread
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
