@@ -2,8 +2,8 @@
 
 Both releases are read through pipeline/release/load.py (prb's or anyone's, any layout). A pair
 of A and a pair of B are the same pair when they share the user (the profile's text) and the
-question; releases that store different profiles for the same user (one keeps the top-k
-posts, say) are matched on the question alone, and the report says so. Every figure is given
+question; releases that store different profiles for the same users (one keeps the top-k
+posts, say) are matched on the `persona_id` both give, and the report says so. Every figure is given
 on the shared pairs (the fair comparison: same users, same questions) and on each release
 whole: lengths, the audit's model-free leakage probes, the quality gap, the persona-blind
 judge and adherence where the release records them (prb's `quality` and `pair_checks`
@@ -34,13 +34,16 @@ def _profile(row: dict) -> str:
 
 
 def match(a: list[dict], b: list[dict]) -> tuple[list[tuple[dict, dict]], str]:
-    """The pairs both releases hold, and what they were matched on."""
-    for name, key in (("user and question", lambda r: (_profile(r), _question(r))),
-                      ("question", _question)):  # fmt: skip
-        in_b = {key(r): r for r in b}
-        shared = [(r, in_b[key(r)]) for r in a if key(r) in in_b]
-        unique = len({key(r) for r in a}) == len(a) and len(in_b) == len(b)
-        if shared and unique:
+    """The pairs both releases hold, and what they were matched on: the user's profile text
+    and the question; else (releases that keep different posts of the same users, e.g. one
+    only the top-k) the `persona_id` both give and the question. Never the question alone:
+    two users asking the same thing are two pairs."""
+    keys = (("user and question", lambda r: (_profile(r), _question(r))),
+            ("persona_id and question", lambda r: (r.get("persona_id"), _question(r))))  # fmt: skip
+    for name, key in keys:
+        in_b = {key(r): r for r in b if key(r)[0]}
+        shared = [(r, in_b[key(r)]) for r in a if key(r)[0] and key(r) in in_b]
+        if shared:
             return shared, name
     return [], "user and question"
 

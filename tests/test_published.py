@@ -379,3 +379,21 @@ def test_imported_aspects_and_the_agreement_figure():
     theirs = [aspect("Give numbered steps in order"), aspect("Suggestions must stay cheap")]
     found = agreement(ours, theirs)
     assert (found.found, found.of, found.matches) == (2, 3, [2, 1, None])
+
+
+def test_compare_matches_the_same_users_never_the_same_question_from_another_user(tmp_path):
+    from public_releases import controlled
+
+    from pipeline.compare import match
+
+    rows = controlled()[:6]
+    same = [dict(r) for r in rows]
+    assert len(match(rows, same)[0]) == 6
+    # the same users with fewer posts (a top-k release): matched on persona_id and question
+    fewer = [{**r, "profile": r["profile"][:1], "persona_id": f"p{k}"} for k, r in enumerate(rows)]
+    ours = [{**r, "persona_id": f"p{k}"} for k, r in enumerate(rows)]
+    shared, on = match(ours, fewer)
+    assert len(shared) == 6 and on == "persona_id and question"
+    # other users asking the same questions: nothing shared
+    others = [{**r, "profile": [{"id": "x", "text": "Someone else entirely."}]} for r in rows]
+    assert match(rows, others) == ([], "user and question")
