@@ -158,3 +158,23 @@ def test_rl_refuses_a_policy_that_is_not_a_model_folder(tmp_path):
     assert done.returncode == 2, done.stderr
     assert "not a Hugging Face model folder" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_chat_policy_is_asked_through_its_chat_template(tmp_path):
+    from transformers import AutoTokenizer
+
+    from pipeline.rl.tiny import build_tiny_policy
+    from pipeline.rl.train import generate, policy_prompt
+
+    rows = [{"id": "r1", "question": ITEM["question"], "profile": ITEM["profile"]}]
+    policy = build_tiny_policy(tmp_path / "chat", [ITEM["question"], ITEM["response"]])
+    tokenizer = AutoTokenizer.from_pretrained(policy)
+    tokenizer.chat_template = (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant:{% endif %}"
+    )
+    tokenizer.save_pretrained(policy)
+    prompt = policy_prompt(rows[0], AutoTokenizer.from_pretrained(policy))
+    assert [m["role"] for m in prompt] == ["system", "user"]  # conversational for TRL too
+    answers = generate(policy, rows, max_new_tokens=5, device="cpu")
+    assert set(answers) == {"r1"} and answers["r1"].strip()

@@ -70,9 +70,11 @@ def generate(model_dir: Path, rows: list[dict], max_new_tokens: int, device: str
     out = {}
     for row in rows:
         prompt = policy_prompt(row, tokenizer)
-        if isinstance(prompt, list):
-            ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True,
-                                                return_tensors="pt")  # fmt: skip
+        if isinstance(prompt, list):  # transformers 5 returns a BatchEncoding here
+            encoded = tokenizer.apply_chat_template(
+                prompt, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            )
+            ids = encoded["input_ids"]
         else:
             ids = tokenizer(prompt, return_tensors="pt").input_ids
         ids = ids.to(device)
