@@ -178,3 +178,54 @@ def test_a_chat_policy_is_asked_through_its_chat_template(tmp_path):
     assert [m["role"] for m in prompt] == ["system", "user"]  # conversational for TRL too
     answers = generate(policy, rows, max_new_tokens=5, device="cpu")
     assert set(answers) == {"r1"} and answers["r1"].strip()
+
+
+def test_an_llm_judge_behind_the_server_asks_once_per_answer_and_waits_its_turn(tmp_path, sim_url):
+    """The judge's calls go through llm.py and its response cache (the same answer is not paid
+    for twice), and at most `concurrency` batches are scored at once."""
+    import asyncio
+
+    from pipeline.config import load_config
+    from pipeline.records import ScoreRequest
+    from pipeline.rl.server import Scorer, make_app
+
+    cfg = load_config(write_config(tmp_path, sim_url))
+    scorer = Scorer("judge", cfg)
+    request = ScoreRequest(items=[ITEM])
+
+    async def twice():
+        first = await scorer.score(request.items)
+        again = await scorer.score(request.items)
+        usage = scorer.llm.usage_dict()[f"reward-server {scorer.name}"]
+        await scorer.aclose()
+        return first, again, usage
+
+    first, again, usage = asyncio.run(twice())
+    assert first.scores == again.scores and 1 <= first.scores[0] <= 10
+    assert usage["calls"] == 1 and usage["cache_hits"] == 1
+
+    busy, peak = 0, 0
+
+    class Slow:  # a stand-in scorer that records how many batches it holds at once
+        name, rm = "slow", type("rm", (), {"context": "profile"})()
+
+        async def score(self, items):
+            nonlocal busy, peak
+            busy += 1
+            peak = max(peak, busy)
+            await asyncio.sleep(0.2)
+            busy -= 1
+            return {"rm": "slow", "scores": [1.0] * len(items), "errors": {}}
+
+        async def aclose(self):
+            pass
+
+    from fastapi.testclient import TestClient
+
+    with TestClient(make_app(Slow, concurrency=2)) as client:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(6) as pool:
+            codes = list(pool.map(lambda _: client.post("/score", json={"items": [ITEM]})
+                                  .status_code, range(6)))  # fmt: skip
+    assert codes == [200] * 6 and peak == 2
