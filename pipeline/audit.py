@@ -417,20 +417,14 @@ def judge_probes(rows: list[dict], judge) -> list:
     """The judge probes (pipeline/judge_probes.py) with `judge` = (run config, model id)."""
     import asyncio
 
-    from pipeline.cache import ResponseCache
     from pipeline.judge_probes import run
-    from pipeline.llm import LLM
+    from pipeline.llm import session
 
     cfg, model = judge
 
     async def go():
-        cache = ResponseCache(cfg.cache_path)
-        llm = LLM(cfg.model, cache)
-        try:
+        async with session(cfg) as llm:
             return await run(rows, llm, model or cfg.model.judge)
-        finally:
-            await llm.aclose()
-            cache.close()
 
     return asyncio.run(go())
 

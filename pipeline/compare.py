@@ -103,12 +103,13 @@ def keep_rates(spec: str) -> dict | None:
     manifest = (path if path.is_dir() else path.parent) / "manifest.json"
     if spec.startswith("hf:") or not manifest.is_file():
         return None
-    funnel = {s["stage"]: s["count"] for s in json.loads(manifest.read_text())["funnel"]}
+    data = json.loads(manifest.read_text())
+    funnel = {s["stage"]: s["count"] for s in data["funnel"]}
     released = funnel.get("released")
     if not released:
         return None
     rate = lambda stage: round(released / funnel[stage], 4) if funnel.get(stage) else None  # noqa: E731
-    config = json.loads(manifest.read_text())["config"]
+    config = data["config"]
     return {
         "of_pairs": rate("pairs"),
         "of_questions": rate("questions"),

@@ -11,6 +11,7 @@ client and nowhere else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -518,3 +519,16 @@ class LLM:
 
     def usage_dict(self) -> dict[str, dict]:
         return {stage: u.as_dict() for stage, u in sorted(self.usage.items())}
+
+
+@contextlib.asynccontextmanager
+async def session(cfg):
+    """An LLM on a run config's endpoint and its response cache (`llm.cache`), both closed
+    when the block ends: what every command that calls models outside a build opens."""
+    cache = ResponseCache(cfg.cache_path)
+    llm = LLM(cfg.model, cache)
+    try:
+        yield llm
+    finally:
+        await llm.aclose()
+        cache.close()

@@ -21,9 +21,8 @@ from pathlib import Path
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from pipeline.cache import ResponseCache
 from pipeline.config import RunConfig
-from pipeline.llm import LLM
+from pipeline.llm import session
 from pipeline.records import stable_id
 from pipeline.stages import RunContext, Stage, model_stages
 from pipeline.store import Records, dropped_file, settled_ids
@@ -37,13 +36,8 @@ def persona_of(record) -> str:
 
 @task(name="shard", cache_policy=NO_CACHE)
 async def run_shard(stage: str, cfg: RunConfig, shard_dir: str, inputs: Records) -> dict:
-    cache = ResponseCache(cfg.cache_path)
-    llm = LLM(cfg.model, cache)
-    try:
-        await _stage(stage).run(RunContext(cfg, Path(shard_dir), llm, cache), inputs)
-    finally:
-        await llm.aclose()
-        cache.close()
+    async with session(cfg) as llm:
+        await _stage(stage).run(RunContext(cfg, Path(shard_dir), llm, llm.cache), inputs)
     return llm.usage_dict()
 
 

@@ -260,13 +260,10 @@ async def run(
 ) -> dict:
     """What `prb eval` does: build the adapters, score the release, write the results; with
     `bon` (n, candidates, generator, oracle) also the Best-of-N check under out/bon/."""
-    from pipeline.cache import ResponseCache
     from pipeline.eval.models import parse_spec
-    from pipeline.llm import LLM
+    from pipeline.llm import session
 
-    cache = ResponseCache(cfg.cache_path)
-    llm = LLM(cfg.model, cache)
-    try:
+    async with session(cfg) as llm:
         rms = [parse_spec(s, llm=llm, judge_model=cfg.model.judge, context=context) for s in specs]
         if blind_variants:
             rms = with_blind_variants(rms)
@@ -276,9 +273,6 @@ async def run(
             summary["bon"] = await _run_bon(release, rows, rms, results, llm, cfg, out, seed, bon)
         summary["usage"] = llm.usage_dict()
         return summary
-    finally:
-        await llm.aclose()
-        cache.close()
 
 
 async def _run_bon(release, rows, rms, results, llm, cfg, out, seed, opts) -> dict:

@@ -147,19 +147,13 @@ def train(policy: Path, url: str, rows: list[dict], settings, work: Path) -> tup
 
 
 async def _grade(cfg, oracle: str, rows: list[dict], answers: dict) -> dict[str, float]:
-    from pipeline.cache import ResponseCache
     from pipeline.eval.bon import oracle_grades
-    from pipeline.llm import LLM
+    from pipeline.llm import session
 
-    cache = ResponseCache(cfg.cache_path)
-    llm = LLM(cfg.model, cache)
-    try:
+    async with session(cfg) as llm:
         grades, failed = await oracle_grades(
             llm, oracle, rows, {k: [v] for k, v in answers.items()}
         )
-    finally:
-        await llm.aclose()
-        cache.close()
     if failed:
         first = next(iter(failed.items()))
         raise RLError(f"the oracle could not grade {len(failed)} answers (e.g. {first[0]}: "
@@ -168,21 +162,15 @@ async def _grade(cfg, oracle: str, rows: list[dict], answers: dict) -> dict[str,
 
 
 async def _accuracy(cfg, spec: str, rows: list[dict], context: str) -> tuple[str, float]:
-    from pipeline.cache import ResponseCache
     from pipeline.eval.evaluate import metrics, score_pairs
     from pipeline.eval.models import parse_spec
-    from pipeline.llm import LLM
+    from pipeline.llm import session
 
-    cache = ResponseCache(cfg.cache_path)
-    llm = LLM(cfg.model, cache)
-    try:
+    async with session(cfg) as llm:
         rm = parse_spec(spec, llm=llm, judge_model=cfg.model.judge, context=context)
         scores = await score_pairs(rm, rows)
         rm.close()
         return rm.name, metrics(scores)["accuracy"]
-    finally:
-        await llm.aclose()
-        cache.close()
 
 
 def run(release: str, specs: list[str], cfg, policy: Path, out: Path, *,
