@@ -20,7 +20,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import jinja2
 import pandas as pd
 from statsmodels.stats.proportion import proportion_confint
 
@@ -40,6 +39,7 @@ from pipeline.records import (
 )
 from pipeline.release.load import load_rows, user_key
 from pipeline.release.manifest import read_funnel
+from pipeline.reports import render
 from pipeline.stages import stage
 from pipeline.store import atomic_write, current_drops, latest
 
@@ -47,7 +47,6 @@ CHECK = {c.name: c for c in CHECKS}
 
 LENGTH_BAND = (0.85, 1.15)  # median rejected/chosen word ratio outside this warns
 WORST_N = 10
-TEMPLATES = Path(__file__).resolve().parent / "templates"
 
 
 class AuditError(PrbError, ValueError):
@@ -256,10 +255,9 @@ def warnings_for(blind: dict[str, dict], lengths: dict[str, float | None]) -> li
 
 
 def _plots(data: RunData, df: pd.DataFrame, fun: list[dict], out: Path) -> dict[str, str]:
-    import matplotlib
+    from pipeline.reports import pyplot
 
-    matplotlib.use("Agg")  # files only, never a display
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
@@ -401,18 +399,6 @@ def compute(data: RunData, worst_n: int = WORST_N) -> dict:
     }
 
 
-def _env() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES),
-        autoescape=jinja2.select_autoescape(["html"]),
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-    )
-    env.filters["pct"] = lambda x: "n/a" if x is None else f"{x:.1%}"
-    return env
-
-
 def judge_probes(rows: list[dict], judge) -> list:
     """The judge probes (pipeline/judge_probes.py) with `judge` = (run config, model id)."""
     import asyncio
@@ -440,6 +426,13 @@ def probe_report(rows: list[dict], plots: Path, judge=None) -> dict:
             "plots": {"probes": "plots/probes.png", "lengths": "plots/lengths.png"}}  # fmt: skip
 
 
+def probe_warnings(summary: dict) -> list[str]:
+    if summary["verdict"] == "too few pairs":
+        return [f"no verdict: {summary['pairs']} pairs, and the probes need at least "
+                f"{summary['min_pairs']} to give one"]  # fmt: skip
+    return [f"leakage probe: {name}" for name in summary["leaks"]]
+
+
 def is_run(target: str | Path) -> bool:
     try:
         resolve_run(target)
@@ -454,12 +447,11 @@ def write_release_report(spec: str | Path, out: Path, judge=None) -> Path:
     report = {**info, "pairs": len(rows), "users": len({user_key(r) for r in rows}),
               "by_category": dict(sorted(Counter(str(r["category"]) for r in rows).items())),
               "probes": probe_report(rows, out / "plots", judge)}  # fmt: skip
-    report["warnings"] = [f"leakage probe: {name}" for name in report["probes"]["leaks"]]
-    env = _env()
+    report["warnings"] = [*info["warnings"], *probe_warnings(report["probes"])]
     for name, template in (("report.html", "release_audit.html.j2"),
                            ("summary.md", "release_audit.md.j2")):  # fmt: skip
         with atomic_write(out / name) as f:
-            f.write(env.get_template(template).render(r=report))
+            f.write(render(template, r=report))
     with atomic_write(out / "audit.json") as f:
         json.dump(report, f, indent=2, sort_keys=True)
     return out
@@ -477,16 +469,15 @@ def write_report(run: str | Path, worst_n: int = WORST_N, judge=None) -> Path:
     report["probes"] = None
     if (release / "README.md").exists():  # the released pairs, as anyone else would read them
         report["probes"] = probe_report(load_rows(release)[0], out / "plots", judge)
-        report["warnings"] += [f"leakage probe: {n}" for n in report["probes"]["leaks"]]
+        report["warnings"] += probe_warnings(report["probes"])
     by_id = {f.pair.pair_id: f for f in data.filters}
     (out / "records").mkdir(parents=True, exist_ok=True)
     for w in report["worst"]:
         with atomic_write(out / w["link"]) as f:
             json.dump(by_id[w["pair_id"]].model_dump(mode="json"), f, indent=2, sort_keys=True)
-    env = _env()
     for name, template in (("report.html", "audit.html.j2"), ("summary.md", "audit.md.j2")):
         with atomic_write(out / name) as f:
-            f.write(env.get_template(template).render(r=report))
+            f.write(render(template, r=report))
     with atomic_write(out / "audit.json") as f:
         json.dump(report, f, indent=2, sort_keys=True)
     return out

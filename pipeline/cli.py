@@ -29,33 +29,53 @@ def fail(message: str, code: int) -> typer.Exit:
 
 
 def guarded(fn):
-    """Every command: an error the user can act on is one line and an exit code, never a
-    traceback; anything else is a bug and keeps its traceback."""
+    """Every command: an error the user can act on is one line and an exit code; anything else
+    is a bug, and still one line (exit 70) naming the file that holds its traceback."""
 
     @functools.wraps(fn)
     def command(*args, **kwargs):
         # nothing heavy here: a bad option must fail in a blink, not after importing Prefect
+        from typer.exceptions import TyperException
+
         from pipeline.errors import DiskFullError, PrbError, Terminated, is_disk_full
 
         try:
             return fn(*args, **kwargs)
         except KeyboardInterrupt:
             raise fail("interrupted; nothing finished is lost", 130) from None
+        except (typer.Exit, typer.Abort, TyperException):  # typer's own exits and usage errors
+            raise
         except BaseException as e:
             if isinstance(e, Terminated) or _prefect_termination(e):
                 raise fail("terminated; nothing finished is lost", 143) from None
-            if not isinstance(e, PrbError | OSError):
+            if isinstance(e, SystemExit | GeneratorExit):
                 raise
             if isinstance(e, PrbError):
                 raise fail(str(e), e.exit_code) from None
             if is_disk_full(e):
-                full = DiskFullError(e.filename or "the outputs folder")
+                full = DiskFullError(getattr(e, "filename", None) or "the outputs folder")
                 raise fail(str(full), full.exit_code) from None
-            if e.filename:
+            if isinstance(e, OSError) and e.filename:
                 raise fail(f"{e.filename}: {e.strerror}", 2) from None
-            raise
+            raise internal_error(e) from None
 
     return command
+
+
+def internal_error(e: BaseException) -> typer.Exit:
+    """A bug: one line naming a file with the traceback (PRB_TRACEBACK=1: raise it here)."""
+    import os
+    import tempfile
+    import traceback
+
+    if os.environ.get("PRB_TRACEBACK"):
+        raise e
+    fd, path = tempfile.mkstemp(prefix="prb-error-", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("".join(traceback.format_exception(e)))
+    said = (str(e).strip().splitlines() or [""])[0][:200]
+    return fail(f"internal error ({type(e).__name__}: {said}); a bug in prb, please report it "
+                f"with the traceback in {path}", 70)  # fmt: skip
 
 
 def _prefect_termination(e: BaseException) -> bool:
@@ -146,14 +166,30 @@ def print_funnel(rows: list[dict]) -> None:
     console.print(table)
 
 
-def print_summary(result: dict) -> None:
+def print_summary(result: dict, resume: str) -> None:
+    """The funnel, calls and release of a finished build; exit 7 (after printing them) when
+    the endpoint's failures cost more pairs than were released."""
+    from pipeline.errors import MostlyFailed, is_transient
     from pipeline.release.manifest import read_funnel
 
-    print_funnel(read_funnel(result["run_dir"]) or [])
+    funnel = read_funnel(result["run_dir"]) or []
+    print_funnel(funnel)
     calls = sum(u["calls"] for u in result["usage"].values())
     hits = sum(u["cache_hits"] for u in result["usage"].values())
     console.print(f"model calls: {calls} sent, {hits} from cache")
     console.print(f"release: {result['release_dir']}")
+    lost = {}
+    for row in funnel:
+        for reason, n in row.get("reasons", {}).items():
+            if is_transient(reason):
+                lost[reason] = lost.get(reason, 0) + n
+    released = funnel[-1]["count"] if funnel else 0
+    if sum(lost.values()) > released:
+        why = ", ".join(f"{k} {v}" for k, v in sorted(lost.items(), key=lambda kv: -kv[1]))
+        raise MostlyFailed(
+            f"{sum(lost.values())} records were lost to endpoint errors ({why}) and only "
+            f"{released} pairs released: fix the endpoint, then {resume} to ask again for them"
+        )
 
 
 @app.command()
@@ -188,7 +224,9 @@ def build(
         import logging
 
         logging.basicConfig(level=logging.DEBUG)
-    print_summary(run_build(config, overrides, mode, runner, address, shards, force_new_run))
+    result = run_build(config, overrides, mode, runner, address, shards, force_new_run)
+    run = Path(result["run_dir"]).name
+    print_summary(result, f"rerun `prb build --config {config} --run-id {run}`")
 
 
 @app.command()
@@ -236,8 +274,10 @@ def demo(
                 console.print("the demo run was made by another version of prb or config: "
                               "moving it aside and building the demo again")  # fmt: skip
                 result = run_build(config, overrides, force_new_run=True)
-    print_summary(result)
-    console.print(f"took {time.monotonic() - started:.1f}s")
+    try:
+        print_summary(result, "rerun the same `prb demo`")
+    finally:
+        console.print(f"took {time.monotonic() - started:.1f}s")
 
 
 local_app = typer.Typer(help="A real small model on this machine (the `local` extra).")
@@ -255,17 +295,20 @@ def local_serve(
     import subprocess
 
     from pipeline import local as local_model
+    from pipeline import serving
 
     path = local_model.weights()
     digest = local_model.sha256_file(path)
     alias = local_model.model_id(path, digest)
+    serving.port_free("127.0.0.1", port)
+    proc = subprocess.Popen(local_model.command(path, port, alias, threads))
     console.print(f"serving {alias} on http://127.0.0.1:{port}/v1 (weights sha256 {digest})")
     console.print(
         f"use it with: model.base_url http://127.0.0.1:{port}/v1, generator and judge {alias}, "
         "structured_output json_object_schema, concurrency 1",
         soft_wrap=True,
     )
-    raise typer.Exit(subprocess.call(local_model.command(path, port, alias, threads)))
+    raise typer.Exit(local_model.supervise(proc, serving.GRACE_S))
 
 
 @app.command(
@@ -528,11 +571,8 @@ def _audit(target: str, worst: int, out: Path | None, judged) -> Path:
 
     if is_run(target):
         return write_report(target, worst_n=worst, judge=judged)
-    parts = [
-        p
-        for p in Path(target.removeprefix("hf:")).with_suffix("").parts
-        if p not in ("/", ".", "..")
-    ][-2:]  # e.g. demo/release -> demo-release
+    parts = [p for p in Path(target.removeprefix("hf:")).parts if p not in ("/", ".", "..")]
+    parts = [*parts[-2:-1], *(Path(p).stem for p in parts[-1:])]  # demo/release -> demo-release
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(parts)).strip(".-_") or "release"
     out = out or resolve_path("outputs") / "audit" / safe_name(name, "report name")
     return write_release_report(target, out, judged)
@@ -559,6 +599,8 @@ def compare(
         out = resolve_path("outputs") / "compare" / safe_name(name.strip(".-_") or "compare",
                                                               "report name")  # fmt: skip
     report = run_compare(release_a, release_b, out)
+    for side in ("a", "b"):
+        warn_release([f"{side.upper()}: {w}" for w in report[side]["warnings"]])
     t = Table(title=f"A {report['a']['name']} vs B {report['b']['name']}: "
                     f"{report['shared']} shared pairs (same {report['matched_on']})")  # fmt: skip
     for col in ("metric", "A shared", "B shared", "A all", "B all"):
@@ -670,6 +712,7 @@ def eval_command(
                 blind_variants=blind and not do_bon,  # BoN: only the models asked for
             )
         )
+    warn_release(summary["warnings"])
     _print_frame(summary["leaderboard"], "reward-model leaderboard (pairwise accuracy)")
     for name, path in summary["paths"].items():
         console.print(f"{name}: {path}", highlight=False)
@@ -679,6 +722,19 @@ def eval_command(
         print_correlation("BoN win rate", b["correlation"]["win_rate"])
         for name, path in b["paths"].items():
             console.print(f"bon {name}: {path}", highlight=False)
+    if summary["failed"]:
+        from pipeline.errors import MostlyFailed
+
+        said = "; ".join(f"{m}: {what}" for m, what in summary["failed"].items())
+        raise MostlyFailed(f"most pairs failed for {said}: their accuracy says nothing; fix the "
+                           "endpoint and rerun the same command (answers given already come "
+                           "from the cache)")  # fmt: skip
+
+
+def warn_release(warnings: list[str]) -> None:
+    """What the release itself is missing (duplicates, empty or identical answers)."""
+    for w in warnings:
+        errors.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False, soft_wrap=True)
 
 
 def print_correlation(downstream: str, c: dict) -> None:
@@ -732,9 +788,9 @@ def reward_server(
     with contextlib.ExitStack() as stack:
         cfg = judge_config(stack, config, sim, base_url)
         Scorer.check(rm, cfg, context)  # a bad spec: one line, before the server starts
-        console.print(f"reward server for {rm} on http://{host}:{port} (POST /score, GET /health)")
+        said = f"reward server for {rm} on http://{host}:{port} (POST /score, GET /health)"
         serve(rm, cfg, host=host, port=port, context=context, concurrency=concurrency,
-              max_items=max_items)  # fmt: skip
+              max_items=max_items, announce=lambda: console.print(said))  # fmt: skip
 
 
 HEADERS = {"longer_preferred": "longer", "chosen_as_a": "as A", "chosen_as_b": "as B",

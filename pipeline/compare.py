@@ -17,11 +17,9 @@ import json
 import statistics
 from pathlib import Path
 
-import jinja2
-
 from pipeline import probes
-from pipeline.audit import TEMPLATES
 from pipeline.release.load import load_rows, profile_text
+from pipeline.reports import render
 from pipeline.store import atomic_write
 
 
@@ -166,10 +164,9 @@ def table(report: dict) -> list[list[str]]:
 
 
 def plot(report: dict, rows_a: list[dict], rows_b: list[dict], out: Path) -> dict[str, str]:
-    import matplotlib
+    from pipeline.reports import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     out.mkdir(parents=True, exist_ok=True)
     names = (report["a"]["name"], report["b"]["name"])
@@ -214,9 +211,9 @@ def plot(report: dict, rows_a: list[dict], rows_b: list[dict], out: Path) -> dic
 
 
 def release_name(spec: str) -> str:
-    parts = [p for p in Path(spec.removeprefix("hf:")).with_suffix("").parts
+    parts = [Path(p).stem for p in Path(spec.removeprefix("hf:")).parts
              if p not in ("/", ".", "..", "release")]  # fmt: skip
-    return parts[-1] if parts else spec
+    return parts[-1] if parts else spec or "release"
 
 
 def compare(spec_a: str, spec_b: str, out: Path) -> dict:
@@ -228,20 +225,17 @@ def compare(spec_a: str, spec_b: str, out: Path) -> dict:
                                          ("b", spec_b, rows_b, info_b, 1)):  # fmt: skip
         report[side] = {"name": release_name(str(spec)), "source": info["source"],
                         "all": figures(rows), "shared": figures([s[pick] for s in shared]),
-                        "keep": keep_rates(str(spec))}  # fmt: skip
+                        "keep": keep_rates(str(spec)), "warnings": info["warnings"]}  # fmt: skip
         if (report[side]["keep"] or {}).get("filters_mode", "record") != "record":
             for part in ("all", "shared"):  # a release that dropped: would_drop is always empty
                 report[side][part]["would_keep"] = None
     report["table"] = table(report)
     report["plots"] = plot(report, [s[0] for s in shared], [s[1] for s in shared],
                            out / "plots") if shared else {}  # fmt: skip
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), trim_blocks=True,
-                             lstrip_blocks=True, undefined=jinja2.StrictUndefined,
-                             autoescape=jinja2.select_autoescape(["html"]))  # fmt: skip
     for name in ("compare.md", "report.html"):
         template = "compare.md.j2" if name.endswith(".md") else "compare.html.j2"
         with atomic_write(out / name) as f:
-            f.write(env.get_template(template).render(r=report))
+            f.write(render(template, r=report))
     with atomic_write(out / "compare.json") as f:
         json.dump(report, f, indent=2, sort_keys=True)
     return report

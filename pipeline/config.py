@@ -328,13 +328,17 @@ def load_config(path: str | Path | None = None, **overrides: object) -> RunConfi
     if path is not None:
         path = Path(path)
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: cannot read config: {e}") from e
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: malformed YAML: {e}") from e
+        if data is None:
+            raise ConfigError(f"{path}: the config file is empty: a run config is a YAML mapping "
+                              "(start from configs/default.yaml)")  # fmt: skip
         if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping")
+            raise ConfigError(f"{path}: the top level must be a mapping, not a "
+                              f"{type(data).__name__}")  # fmt: skip
     for env, (section, key) in ENV_OVERRIDES.items():
         if os.environ.get(env):
             data.setdefault(section, {})[key] = os.environ[env]

@@ -2,12 +2,16 @@
 
 Every error that bad input, a bad setting or the environment can cause derives from `PrbError`:
 its message is one line naming the file, the record and what to do, and the CLI prints it with
-no traceback. Anything else is a bug and keeps its traceback.
+no traceback. Anything else is a bug: the CLI prints one line naming the file where it wrote
+the traceback, and exits 70 (PRB_TRACEBACK=1 shows the traceback instead).
 
 Exit codes: 0 done; 1 a check found problems (`release verify`, `annotate import`) or a bug;
 2 bad input or changed settings; 3 run directory locked by another run; 4 the endpoint refused
 the run (bad key, unknown model); 5 the build released no pair; 6 the disk is full;
-130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
+7 most of the work was lost to endpoint errors (a build released fewer pairs than it lost to
+them, or a reward model failed on most pairs): the results are written, rerun to resume;
+8 a server's port is already in use; 70 an internal error (a bug: one line, the traceback in
+a file it names); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
@@ -46,6 +50,19 @@ class NothingReleased(PrbError):
     """The build ran to the end but no pair survived: a release of nothing is no release."""
 
     exit_code = 5
+
+
+class MostlyFailed(PrbError):
+    """The command finished, but most of its model calls failed at the endpoint: what it wrote
+    says little. Transient failures are asked again by the same command (resume)."""
+
+    exit_code = 7
+
+
+class PortInUse(PrbError):
+    """A server cannot listen: its address is taken (say so before claiming to listen)."""
+
+    exit_code = 8
 
 
 class Terminated(BaseException):

@@ -37,6 +37,7 @@ from pipeline.config import ModelConfig
 from pipeline.errors import PrbError
 from pipeline.prompts import Prompt
 from pipeline.ratelimit import Limiter
+from pipeline.sim import FINGERPRINT as SIMULATOR
 
 log = logging.getLogger("prb.llm")
 
@@ -268,6 +269,9 @@ def read_completion(body: bytes | dict | None) -> tuple[str, str | None, dict]:
             raise TypeError(type(content).__name__)
     except (ValueError, LookupError, TypeError, AttributeError) as e:
         raise Unparseable(f"response body is not a chat completion: {type(e).__name__}") from None
+    if data.get("system_fingerprint") == SIMULATOR:
+        # kept with the usage in the cache: the release says what answered, not the config
+        tokens = {**tokens, "served_by": SIMULATOR}
     return content, choice.get("finish_reason"), tokens
 
 
@@ -440,6 +444,7 @@ class LLM:
                     )
                 except openai.APIStatusError as e:
                     limiter.observe(e.response.headers, e.status_code)
+                    too_long(e)
                     raise
                 except BaseException:
                     limiter.observe(None)  # no answer: nothing learnt, but nobody waits on it
@@ -467,6 +472,15 @@ class LLM:
                 usage=tokens,
             )
             return CallResult(value, content, key, False)
+
+        def too_long(e: openai.APIStatusError) -> None:
+            wait = _retry_after(e)
+            if wait is not None and wait > ratelimit.MAX_RETRY_AFTER_S:
+                said = (f"{self.cfg.base_url} asked to wait {wait:,.0f}s before retrying (HTTP "
+                        f"{e.status_code}), over the {ratelimit.MAX_RETRY_AFTER_S:g}s prb "
+                        "waits: the call failed; rerun later to resume")  # fmt: skip
+                progress.warn(said)
+                raise LLMError("endpoint_error", said) from None
 
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception()

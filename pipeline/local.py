@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from pipeline.errors import PrbError
@@ -73,6 +76,32 @@ def running(port: int | None = None, startup_timeout: float = 120.0):
                            "the local model server", error=LocalModelError,
                            startup_timeout=startup_timeout, quiet=True):  # fmt: skip
         yield base, alias, digest
+
+
+def supervise(proc: subprocess.Popen, grace: float) -> int:
+    """Wait for the model server; SIGTERM or SIGINT stop it (terminate, then kill after
+    `grace` seconds with requests still in flight) and give 143 or 130."""
+    stopped: list[float] = []
+    signum: list[int] = []
+
+    def stop(sig, _frame) -> None:
+        signum.append(sig)
+        stopped.append(time.monotonic())
+        proc.terminate()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while proc.poll() is None:
+            if stopped and time.monotonic() - stopped[0] > grace:
+                proc.kill()
+            time.sleep(0.05)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return 128 + signum[0] if signum else proc.returncode
 
 
 def overrides(base_url: str, alias: str, digest: str) -> dict:

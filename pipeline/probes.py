@@ -18,7 +18,8 @@ interval, says how much of the benchmark such a rule solves:
 
 A tie counts half. Verdict: a probe **leaks** when the lower end of its 95% interval is above
 `THRESHOLD` (0.55): it beats a coin reliably, and by a margin. 0.5 is what a release where only
-personal fit separates the answers gives.
+personal fit separates the answers gives. No verdict is given from fewer than
+`MIN_VERDICT_PAIRS` (100) pairs: the figures are shown, the verdict is "too few pairs".
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from pipeline.text import content_words  # the overlap baseline's words, exactly
 THRESHOLD = 0.55  # lower end of a probe's 95% interval above this: a leak
 LENGTH_BAND = (0.85, 1.15)  # the median rejected/chosen word ratio outside this: a leak
 N_RESAMPLES = 1000
+# no verdict (pass or leaky) from fewer pairs: a 95% interval is then about +-0.1 or wider
+MIN_VERDICT_PAIRS = 100
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 _LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M)
@@ -246,18 +249,23 @@ def run_all(rows: list[dict], seed: int = 0) -> list[Probe]:
 
 
 def summary(probes: list[Probe]) -> dict:
-    leaks = [p.name for p in probes if p.leak]
+    """The verdict over the probes: none from fewer than MIN_VERDICT_PAIRS pairs, where an
+    interval is too wide to fail a probe (21 pairs "pass" at 0.67 accuracy)."""
+    pairs = max((p.n for p in probes), default=0)
+    enough = pairs >= MIN_VERDICT_PAIRS
+    shown = [p.as_dict() | ({} if enough else {"leak": None}) for p in probes]
+    leaks = [p.name for p in probes if p.leak] if enough else []
+    verdict = ("leaky" if leaks else "pass") if enough else "too few pairs"
     return {"threshold": THRESHOLD, "length_band": list(LENGTH_BAND), "leaks": leaks,
-            "verdict": "leaky" if leaks else "pass",
-            "probes": [p.as_dict() for p in probes]}  # fmt: skip
+            "verdict": verdict, "pairs": pairs, "min_pairs": MIN_VERDICT_PAIRS,
+            "probes": shown}  # fmt: skip
 
 
 def plot(probes: list[Probe], path) -> None:
     """Each accuracy probe with its 95% interval against chance and the threshold."""
-    import matplotlib
+    from pipeline.reports import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     shown = [p for p in probes if p.kind == "accuracy" and p.value is not None]
     fig, ax = plt.subplots(figsize=(8, 0.42 * len(shown) + 1.2))
@@ -280,10 +288,9 @@ def plot(probes: list[Probe], path) -> None:
 
 
 def plot_lengths(rows: list[dict], path) -> None:
-    import matplotlib
+    from pipeline.reports import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     ratios = [len(words(r["rejected"])) / max(1, len(words(r["chosen"]))) for r in rows]
     fig, ax = plt.subplots(figsize=(7, 3))

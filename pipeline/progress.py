@@ -12,6 +12,7 @@ With no display active (tests, library use) every call here is a cheap no-op.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -50,11 +51,16 @@ class StageProgress:
     def finish(self) -> None:
         self.finished = time.monotonic()
 
-    def eta(self, now: float) -> float | None:
-        if self.total is None or self.done == 0 or self.finished:
+    def eta(self, now: float, call_interval: float = 0.0) -> float | None:
+        """Seconds left, from the pace so far; under rate limits that allow one call per
+        `call_interval` seconds, never less than one call per record left at that pace."""
+        if self.total is None or self.finished:
             return None
         left = self.total - self.before - self.done
-        return max(0.0, left * (now - self.started) / self.done)
+        floor = left * call_interval
+        if self.done == 0:
+            return floor if call_interval else None
+        return max(0.0, left * (now - self.started) / self.done, floor)
 
 
 class Progress:
@@ -64,6 +70,9 @@ class Progress:
         self.batches: dict[str, dict] = {}  # batch id -> {"status", "completed", "failed", ...}
         self.price = price  # (stage, usage) -> money so far, or None when unpriced
         self.started = time.monotonic()
+        self.console: Console | None = None
+        self.warned: set[str] = set()
+        self.call_interval = 0.0  # seconds per call the rate limits impose (0: none)
 
     def usage(self) -> dict[str, dict]:
         merged: dict[str, dict] = {}
@@ -95,7 +104,7 @@ class Progress:
                 "tokens": u.get("prompt_tokens", 0) + u.get("completion_tokens", 0),
                 "cost": cost,
                 "elapsed": elapsed,
-                "eta": s.eta(now),
+                "eta": s.eta(now, self.call_interval),
                 "finished": s.finished is not None,
             })  # fmt: skip
         return out
@@ -181,6 +190,22 @@ def stage(name: str, total: int | None = None, before: int = 0) -> StageProgress
     return s
 
 
+def warn(message: str) -> None:
+    """A line the user must see while a build or an evaluation runs (each once)."""
+    if _active is None:
+        logging.getLogger("prb").warning(message)
+    elif message not in _active.warned and _active.console is not None:
+        _active.warned.add(message)
+        _active.console.print(f"warning: {message}", markup=False, highlight=False,
+                              soft_wrap=True)  # fmt: skip
+
+
+def limited(seconds_per_call: float) -> None:
+    """The rate limits allow at most one call per `seconds_per_call`: ETAs count with it."""
+    if _active is not None:
+        _active.call_interval = seconds_per_call
+
+
 def watch_usage(source: Callable[[], dict[str, dict]]) -> None:
     """A callable giving per-stage call usage (an LLM's `usage_dict`)."""
     if _active is not None:
@@ -226,6 +251,7 @@ def showing(console: Console | None = None, price=None, interval: float | None =
     global _active
     console = console or Console(stderr=True)
     progress = _active = Progress(price)
+    progress.console = console
     interval = interval or float(os.environ.get(INTERVAL_ENV) or 5)
     last: list[str] = [""]
 

@@ -32,6 +32,9 @@ MARGIN = 0.97  # the share of a limit used: jitter between here and the provider
 # seconds of a limit a bucket holds: half the second providers enforce limits over, so requests
 # that reach the provider bunched (a burst through new connections) still find it room
 BURST_S = 0.5
+# the longest Retry-After prb obeys; a longer one fails the call as transient (asked again when
+# the run resumes) instead of stalling the whole build in silence
+MAX_RETRY_AFTER_S = 120.0
 PER_MESSAGE = 4  # tokens a chat message adds around its content (OpenAI's cookbook count)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -131,6 +134,7 @@ class Limiter:
         if self.requests is None and self.tokens is None and self._paused_until == 0.0:
             return 0  # no limits (and never a 429): nothing to wait for
         cost = estimate() if self.tokens is not None else 0
+        self._pace(cost)
         t0 = time.monotonic()
         async with self._lock:
             while True:
@@ -150,6 +154,20 @@ class Limiter:
                 self.tokens.level -= cost
         self.stats["waited_s"] += time.monotonic() - t0
         return cost
+
+    def _pace(self, cost: int) -> None:
+        """Tell the progress display the pace these limits allow (its ETA counts with it), and
+        warn once when one request costs more than a minute of the token limit."""
+        from pipeline import progress
+
+        per_call = max(1 / self.requests.rate if self.requests else 0.0,
+                       cost / self.tokens.rate if self.tokens else 0.0)  # fmt: skip
+        progress.limited(per_call)
+        if self.tokens is not None and cost > self.tokens.rate * 60:
+            progress.warn(
+                f"tokens_per_minute {self.tokens.rate * 60 / MARGIN:g} is below one request "
+                f"(~{cost} tokens): one call every ~{per_call / 60:.0f} min at this limit; raise "
+                "model.tokens_per_minute if the endpoint allows more")
 
     def settle(self, estimated: int, charged: int | None) -> None:
         """Correct the token bucket once the answer says what the request cost."""
@@ -178,8 +196,9 @@ class Limiter:
                 resets = [parse_duration(headers.get(f"x-ratelimit-reset-{d}"))
                           for d in ("requests", "tokens")]  # fmt: skip
                 wait = max((r for r in resets if r is not None), default=1.0)
-            self._paused_until = max(self._paused_until, now + wait)
-            self.stats["paused"] += 1
+            if wait <= MAX_RETRY_AFTER_S:  # longer: that call fails instead (pipeline/llm.py)
+                self._paused_until = max(self._paused_until, now + wait)
+                self.stats["paused"] += 1
         self.learning = False  # learnt once: limits or none (an endpoint without headers)
         self._first.set()
 

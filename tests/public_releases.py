@@ -83,9 +83,9 @@ def _row(uid: str, category: str, style: str, other: str, q: int, chosen: str, r
     }
 
 
-def controlled() -> list[dict]:
+def controlled(couples: int = 8) -> list[dict]:
     rows = []
-    for k in range(8):  # 8 pairs of users with conflicting preferences, 3 questions each
+    for k in range(couples):  # pairs of users with conflicting preferences, 3 questions each
         first, second = CONFLICTS[k % len(CONFLICTS)]
         category = CATEGORIES[k % 2]
         for q in range(k % 2, len(QUESTIONS), 2):
@@ -97,9 +97,9 @@ def controlled() -> list[dict]:
     return rows
 
 
-def leaky() -> list[dict]:
+def leaky(users: int = 16) -> list[dict]:
     rows = []
-    for k in range(16):
+    for k in range(users):
         style = list(PROFILES)[k % len(PROFILES)]
         category = CATEGORIES[k % 2]
         for q in range(k % 2, len(QUESTIONS), 2):

@@ -95,7 +95,7 @@ def broken(path: Path, line: int, replacement: bytes):
     "kind, replacement, message",
     [
         ("broken_json", b'{"persona_id": "x", "profile": [', r"\.jsonl:3: broken JSON"),
-        ("non_utf8", '{"name": "Ren\xe9e"}'.encode("latin-1"), r"\.jsonl: not UTF-8 text"),
+        ("non_utf8", '{"name": "Ren\xe9e"}'.encode("latin-1"), r"\.jsonl:\d+: not UTF-8 text"),
         ("wrong_field", b'{"persona_id": "x", "category": "Nope"}', r"\.jsonl:3: record 'x'"),
     ],
 )

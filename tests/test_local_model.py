@@ -6,7 +6,9 @@ on a real model (chat template, token limits, grammar-constrained JSON), not ben
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -113,3 +115,68 @@ def test_prb_eval_scores_the_release_with_the_real_judge(real_run, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     board = (tmp_path / "eval" / "leaderboard.csv").read_text()
     assert f"judge(model={alias})/profile" in board and "length/profile" in board
+
+
+def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():
+    """`prb local-model serve` used to leave llama.cpp's server running when prb got SIGTERM
+    (subprocess.call forwards nothing); a port in use is refused before anything loads."""
+    import signal
+    import socket
+    import threading
+    import time
+
+    import httpx
+
+    from pipeline.sim.server import free_port
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "local-model", "serve",
+                             "--port", str(port)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=prefect_env())  # fmt: skip
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            try:
+                models = httpx.get(f"{base}/models", timeout=2).json()
+                break
+            except (httpx.HTTPError, ValueError):
+                time.sleep(0.2)
+        body = {"model": models["data"][0]["id"], "max_tokens": 2000,
+                "messages": [{"role": "user", "content": "Write a very long story."}]}
+
+        def ask() -> None:
+            with contextlib.suppress(httpx.HTTPError):
+                httpx.post(f"{base}/chat/completions", json=body, timeout=120)
+
+        threading.Thread(target=ask, daemon=True).start()
+        time.sleep(1.5)
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert time.monotonic() - stopped < 5
+        assert proc.returncode == 143
+        time.sleep(0.5)
+        assert not [c for c in _cmdlines() if "llama_cpp.server" in c and str(port) in c]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "pipeline.cli", "local-model", "serve",
+                               "--port", str(busy)], capture_output=True, text=True,
+                              timeout=60, env=prefect_env())  # fmt: skip
+    assert done.returncode == 8 and f"127.0.0.1:{busy} is in use" in done.stderr
+    assert "serving" not in done.stdout
+
+
+def _cmdlines() -> list[str]:
+    out = []
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            out.append(Path(f"/proc/{d}/cmdline").read_text().replace("\0", " "))
+    return out

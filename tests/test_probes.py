@@ -18,8 +18,9 @@ from pipeline.release.load import ReleaseError, load_rows
 @pytest.fixture(scope="module")
 def releases(tmp_path_factory):
     root = tmp_path_factory.mktemp("public")
-    return {name: write_hub_layout(root / name, rows())
-            for name, rows in (("controlled", controlled), ("leaky", leaky))}  # fmt: skip
+    # 120 pairs each: the probes give no verdict from fewer than probes.MIN_VERDICT_PAIRS
+    return {"controlled": write_hub_layout(root / "controlled", controlled(couples=20)),
+            "leaky": write_hub_layout(root / "leaky", leaky(users=40))}  # fmt: skip
 
 
 def prb(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -30,7 +31,7 @@ def prb(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 def test_the_probes_flag_the_leaky_release_and_pass_the_controlled_one(releases):
     rows, info = load_rows(releases["controlled"])
     assert info["configs"] == ["Art_and_Entertainment", "Lifestyle_and_Personal_Development"]
-    assert len(rows) == 48  # every config read: the card names no default
+    assert len(rows) == 120  # every config read: the card names no default
     fair = probes.summary(probes.run_all(rows))
     assert fair["verdict"] == "pass" and fair["leaks"] == []
     by_name = {p["name"]: p for p in fair["probes"]}
@@ -64,7 +65,7 @@ def test_prb_audit_reads_the_hub_layout_a_flat_file_and_hf_names(releases, tmp_p
     done = prb("audit", str(releases["leaky"]), "--out", str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "audit.json").read_text())
-    assert report["probes"]["verdict"] == "leaky" and report["pairs"] == 48
+    assert report["probes"]["verdict"] == "leaky" and report["pairs"] == 120
     html = (out / "report.html").read_text()
     for p in report["probes"]["probes"]:
         assert p["name"] in html  # every probe in the report, with its plot
@@ -73,14 +74,14 @@ def test_prb_audit_reads_the_hub_layout_a_flat_file_and_hf_names(releases, tmp_p
     assert "Verdict: leaky" in (out / "summary.md").read_text()
 
     flat = tmp_path / "controlled.jsonl"
-    flat.write_text("\n".join(json.dumps(r) for r in controlled()))
+    flat.write_text("\n".join(json.dumps(r) for r in controlled(couples=20)))
     done = prb("audit", str(flat), "--out", str(tmp_path / "flat"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "flat" / "audit.json").read_text())["probes"]["verdict"] == (
         "pass")  # fmt: skip
     # hf:NAME goes through datasets' hub loader; offline, a local folder in the hub layout
     rows, info = load_rows(f"hf:{releases['controlled']}")
-    assert len(rows) == 48 and info["layout"] == "hub"
+    assert len(rows) == 120 and info["layout"] == "hub"
 
 
 def test_a_release_missing_a_public_column_is_one_line_naming_the_file_and_row(tmp_path):
@@ -125,9 +126,10 @@ def test_the_demo_simulator_writes_a_controlled_release_and_leaky_plants_the_cue
         url = sim_factory(leaky=leak)
         config = write_config(tmp_path / str(leak), url, personas={"per_category": 6})
         rows = load_rows(Path(build(config)["release_dir"]))[0]
-        verdicts[leak] = probes.summary(probes.run_all(rows))
-    assert verdicts[False]["verdict"] == "pass", verdicts[False]["leaks"]
-    assert {"cue: hedges", "answer-only classifier"} <= set(verdicts[True]["leaks"])
+        # too few pairs for a verdict: read each probe's own interval instead
+        verdicts[leak] = {p.name for p in probes.run_all(rows) if p.leak}
+    assert not verdicts[False], verdicts[False]
+    assert {"cue: hedges", "answer-only classifier"} <= verdicts[True]
 
 
 def test_prb_eval_puts_each_judges_blind_variant_next_and_splits_by_position(releases, tmp_path):
@@ -142,7 +144,8 @@ def test_prb_eval_puts_each_judges_blind_variant_next_and_splits_by_position(rel
     judge = models.index("judge-pair(model=prb-sim-1)/profile")
     assert models[judge + 1] == "judge-pair(model=prb-sim-1)/none"  # the blind one, next
     row = board.iloc[judge]
-    assert row["needs_user"] == pytest.approx(row["accuracy"] - board.iloc[judge + 1]["accuracy"])
+    assert row["needs_user"] == pytest.approx(
+        row["accuracy"] - board.iloc[judge + 1]["accuracy"], abs=2e-4)  # 4 decimals in the CSV
     assert 0 <= row["chosen_as_a"] <= 1 and 0 <= row["chosen_as_b"] <= 1
     assert pd.isna(board.set_index("model").loc["length/profile", "chosen_as_a"])  # pointwise
     assert len(models) == 3  # no blind variant for a baseline

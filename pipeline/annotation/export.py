@@ -14,8 +14,6 @@ Design (see annotation/README.md):
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import random
 import secrets
@@ -24,7 +22,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipeline import csvfile
 from pipeline.annotation.layout import (
+    CONTENT,
     CSV_COLUMNS,
     AnnotationError,
     annotation_dir,
@@ -188,19 +188,16 @@ def csv_sheet(
     key: AnnotationKey, batch: list[AnnotationKeyItem], pairs: dict[str, Pair], annotator: str
 ) -> str:
     """One annotator's spreadsheet: the label columns to fill, then the item's content."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow([*CSV_COLUMNS, "profile", "question", "answer_a", "answer_b"])
+    rows = []
     for i in batch:
-        content = shown(i, pairs)
         row = dict.fromkeys(CSV_COLUMNS, "") | {
             "export_id": key.export_id,
             "batch_id": i.batch_id,
             "item_id": i.item_id,
             "annotator_id": annotator,
         }
-        writer.writerow([*row.values(), *content.values()])
-    return out.getvalue()
+        rows.append([*row.values(), *shown(i, pairs).values()])
+    return csvfile.dumps([*CSV_COLUMNS, *CONTENT], rows)
 
 
 def export(
@@ -252,9 +249,8 @@ def _export(run_dir, run_id, cfg, annotators, pool, force) -> ExportSummary:
             _dump(bdir / "label_studio_tasks.json", label_studio_tasks(key, batch, by_id))
             _dump(bdir / "argilla_records.json", argilla_records(key, batch, by_id))
             for annotator in who:
-                (bdir / f"{annotator}.csv").write_text(
-                    csv_sheet(key, batch, by_id, annotator), encoding="utf-8"
-                )
+                with open(bdir / f"{annotator}.csv", "w", encoding="utf-8", newline="") as f:
+                    f.write(csv_sheet(key, batch, by_id, annotator))
         (tmp / "private").mkdir()
         (tmp / "private" / "key.json").write_text(key.model_dump_json(indent=1) + "\n")
         for name in ("batches", "private"):

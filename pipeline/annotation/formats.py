@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pipeline import csvfile
 from pipeline.annotation.layout import (
     CSV_COLUMNS,
     LABEL_FIELDS,
@@ -35,7 +36,7 @@ def read_labels(path: Path) -> tuple[str, list[RawLabel]]:
     """(format name, labels) for one file; the format is recognised from its content."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = path.read_bytes().decode("utf-8-sig")  # no newline translation: a cell keeps CRLF
     except (OSError, UnicodeDecodeError) as e:
         raise AnnotationError(f"{path}: cannot read: {e}") from None
     if path.suffix.lower() == ".csv":
@@ -59,24 +60,34 @@ def read_labels(path: Path) -> tuple[str, list[RawLabel]]:
 
 
 def read_csv(path: Path, text: str) -> list[RawLabel]:
-    reader = csv.DictReader(text.splitlines())
-    missing = [c for c in CSV_COLUMNS if c not in (reader.fieldnames or [])]
+    """A CSV parsed as CSV (a cell may hold line breaks), never split into lines first."""
+    try:
+        missing = [c for c in CSV_COLUMNS if c not in csvfile.header(text)]
+        rows = list(csvfile.rows(text))
+    except csv.Error as e:
+        raise AnnotationError(f"{path}: not a readable CSV: {e}") from None
     if missing:
         raise AnnotationError(f"{path}: missing CSV columns: {', '.join(missing)}")
     out = []
-    for n, row in enumerate(reader, start=2):
-        values = {k: row[k].strip() for k in LABEL_FIELDS if (row.get(k) or "").strip()}
+    for n, row in rows:
+        # ids and scores are trimmed; a reason is the annotator's text, kept as typed
+        values = {
+            k: row[k] if k == "reason" else row[k].strip()
+            for k in LABEL_FIELDS
+            if (row.get(k) or "").strip()
+        }
         if not values:
             continue  # a template row nobody has filled in yet
+        cell = lambda name, row=row: (row.get(name) or "").strip() or None  # noqa: E731
         out.append(
             RawLabel(
                 where=f"{path.name} row {n}",
-                item_id=(row["item_id"] or "").strip() or None,
-                batch_id=(row["batch_id"] or "").strip() or None,
-                annotator_id=(row["annotator_id"] or "").strip() or None,
-                export_id=(row["export_id"] or "").strip() or None,
+                item_id=cell("item_id"),
+                batch_id=cell("batch_id"),
+                annotator_id=cell("annotator_id"),
+                export_id=cell("export_id"),
                 values=values,
-                labelled_at=(row["labelled_at"] or "").strip() or None,
+                labelled_at=cell("labelled_at"),
             )
         )
     return out
@@ -188,8 +199,8 @@ def parse_values(values: dict[str, object]) -> tuple[dict[str, object], list[str
         if score is None or not 1 <= score <= 5:
             problems.append(f"{name} must be an integer 1-5, got {raw!r}")
         typed[name] = score
-    reason = str(values.get("reason") or "").strip()
-    if pref in PREFERENCES and pref != "tie" and not reason:
+    reason = str(values.get("reason") or "")
+    if pref in PREFERENCES and pref != "tie" and not reason.strip():
         problems.append("missing field reason (required unless preference is tie)")
     typed["reason"] = reason
     return typed, problems

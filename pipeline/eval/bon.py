@@ -23,12 +23,14 @@ import pandas as pd
 from scipy import stats
 from sklearn.metrics import ndcg_score
 
+from pipeline import csvfile
 from pipeline.errors import PrbError
 from pipeline.eval.report import slug, to_markdown
 from pipeline.eval.rewards import Query, RewardModel, user_context
 from pipeline.llm import LLM, LLMError, PermanentLLMError
 from pipeline.prompts import load_prompt
 from pipeline.records import BonPick, stable_id
+from pipeline.reports import md
 
 STAGE = "eval_bon"
 
@@ -207,10 +209,9 @@ def scatter_plot(
     df: pd.DataFrame, path: Path, corr: dict, y: str = "bon_win_rate",
     ylabel: str = "Best-of-N win rate vs a random candidate", baseline: float = 0.5,
 ) -> None:  # fmt: skip
-    import matplotlib
+    from pipeline.reports import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(7, 5))
     ax.scatter(df["accuracy"], df[y], color="#4c72b0")
@@ -263,8 +264,8 @@ def write_bon(
     }
     c = corr["win_rate"]
     notes = [
-        f"{info['prompts']} prompts, N = {info['n']} candidates ({info['source']}); oracle "
-        f"`{info['oracle']}` grades each rubric aspect 0/1/2. Mean oracle quality: best "
+        f"{info['prompts']} prompts, N = {info['n']} candidates ({md(info['source'])}); oracle "
+        f"{md(info['oracle'])} grades each rubric aspect 0/1/2. Mean oracle quality: best "
         f"candidate {info['oracle_best']:.3f}, random candidate {info['oracle_random']:.3f}.",
         f"Accuracy vs Best-of-N win rate over {c['models']} models: Spearman rho = "
         f"{c['spearman']:.3f}, Kendall tau = {c['kendall']:.3f}, NDCG = {c['ndcg']:.3f}.",
@@ -272,7 +273,7 @@ def write_bon(
     paths = {"markdown": out / "bon_leaderboard.md", "csv": out / "bon_leaderboard.csv",
              "plot": out / "bon_vs_accuracy.png", "summary": out / "bon_summary.json"}  # fmt: skip
     paths["markdown"].write_text(to_markdown(df, "Best-of-N downstream check", notes), "utf-8")
-    df.to_csv(paths["csv"], index=False, float_format="%.4f")
+    csvfile.frame_csv(df, paths["csv"], float_format="%.4f")
     paths["summary"].write_text(
         json.dumps({**info, "correlation": corr}, indent=2, sort_keys=True) + "\n", "utf-8"
     )

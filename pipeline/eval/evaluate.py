@@ -16,12 +16,13 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from pipeline import progress
+from pipeline import csvfile, progress
 from pipeline.eval.report import bar_plot, leaderboard, slug, to_markdown
 from pipeline.eval.rewards import Query, RewardModel, user_context
 from pipeline.llm import LLMError, PermanentLLMError
 from pipeline.records import POINTS, PairScore, advantage
 from pipeline.release.load import ReleaseError, load_rows  # noqa: F401  (re-exported)
+from pipeline.reports import md
 
 
 def load_release(path: str | Path) -> list[dict]:
@@ -181,6 +182,17 @@ def with_blind_variants(rms: list[RewardModel]) -> list[RewardModel]:
     return out
 
 
+def failed_models(results: list[dict]) -> dict[str, str]:
+    """Models most of whose pairs are errors (endpoint failures, unscorable answers): their
+    accuracy says nothing, and `prb eval` exits non-zero for them. model -> what happened."""
+    out = {}
+    for r in results:
+        n, errors = r["metrics"]["n"], r["metrics"]["errors"]
+        if n and errors * 2 > n:
+            out[r["model"]] = f"{errors} of {n} pairs failed"
+    return out
+
+
 def _release_info(release: Path) -> dict:
     manifest = Path(release) / "manifest.json"
     info = {"path": str(release)}
@@ -191,10 +203,15 @@ def _release_info(release: Path) -> dict:
 
 
 async def evaluate(
-    release: Path, rms: list[RewardModel], n_resamples: int = 1000, seed: int = 0
+    release: Path,
+    rms: list[RewardModel],
+    n_resamples: int = 1000,
+    seed: int = 0,
+    rows: list[dict] | None = None,
 ) -> tuple[list[dict], list[dict]]:
-    """Score every model on the release: (rows, one result dict per model)."""
-    rows = load_release(release)
+    """Score every model on the release (or its `rows`, read already): (rows, one result dict
+    per model)."""
+    rows = load_release(release) if rows is None else rows
     results = []
     for rm in rms:
         if hasattr(rm, "stage"):  # an LLM judge: its calls are counted under its own name
@@ -217,7 +234,9 @@ async def evaluate(
     return rows, results
 
 
-def write_results(results: list[dict], rows: list[dict], out: Path) -> dict[str, Path]:
+def write_results(
+    results: list[dict], rows: list[dict], out: Path, warnings: list[str] = ()
+) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     models = out / "models"
     models.mkdir(exist_ok=True)
@@ -233,6 +252,7 @@ def write_results(results: list[dict], rows: list[dict], out: Path) -> dict[str,
         f"`longer_preferred`: share of untied, unequal-length pairs where the model scored the "
         f"longer answer higher (0.5 = no length bias); chosen is the longer answer in "
         f"{longer:.0%} of pairs.",
+        *(f"**Warning** (release): {md(w)}" for w in warnings),
     ]
     paths = {
         "markdown": out / "leaderboard.md",
@@ -241,7 +261,7 @@ def write_results(results: list[dict], rows: list[dict], out: Path) -> dict[str,
         "models": models,
     }
     paths["markdown"].write_text(to_markdown(df, "Reward-model leaderboard", notes), "utf-8")
-    df.to_csv(paths["csv"], index=False, float_format="%.4f")
+    csvfile.frame_csv(df, paths["csv"], float_format="%.4f")
     bar_plot(df, paths["plot"], "Personalized reward-model accuracy")
     return paths
 
@@ -267,8 +287,11 @@ async def run(
         rms = [parse_spec(s, llm=llm, judge_model=cfg.model.judge, context=context) for s in specs]
         if blind_variants:
             rms = with_blind_variants(rms)
-        rows, results = await evaluate(release, rms, n_resamples, seed)
-        summary = {"leaderboard": leaderboard(results), "paths": write_results(results, rows, out)}
+        rows, info = load_rows(release)
+        rows, results = await evaluate(release, rms, n_resamples, seed, rows=rows)
+        summary = {"leaderboard": leaderboard(results), "warnings": info["warnings"],
+                   "paths": write_results(results, rows, out, info["warnings"]),
+                   "failed": failed_models(results)}  # fmt: skip
         if bon is not None:
             summary["bon"] = await _run_bon(release, rows, rms, results, llm, cfg, out, seed, bon)
         summary["usage"] = llm.usage_dict()

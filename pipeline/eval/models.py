@@ -19,6 +19,7 @@ class Kind:
     name: str
     help: str  # one line for `prb eval --help`
     adapter: str  # "module:Class", imported when a spec names this kind
+    extra: str | None = None  # the optional dependencies it needs (pyproject's extras)
 
     def load(self):
         module, _, cls = self.adapter.partition(":")
@@ -35,7 +36,7 @@ KINDS: tuple[Kind, ...] = (
     Kind("judge-pair", "LLM judge, pairwise, both A/B orders (option model=NAME)",
          "pipeline.eval.rewards:PairwiseJudgeRM"),
     Kind("hf", "Hugging Face sequence classifier: hf:PATH_OR_ID (options device, batch_size; "
-         "the `hf` extra)", "pipeline.eval.hf:HFRewardModel"),
+         "the `hf` extra)", "pipeline.eval.hf:HFRewardModel", extra="hf"),
 )  # fmt: skip
 
 
@@ -64,6 +65,11 @@ def parse_spec(spec: str, *, llm, judge_model: str, context: str):
         raise SpecError(f"--rm {spec!r}: context must be one of {', '.join(CONTEXT_MODES)}")
     try:
         return found.load().from_spec(kind, options, positional, SpecEnv(llm, judge_model, context))
+    except ImportError as e:
+        extra = found.extra or "all"
+        missing = f"{e.name} is not installed" if e.name else "a dependency is missing"
+        raise SpecError(f"--rm {spec!r}: {missing} (the `{extra}` extra): "
+                        f"pip install '.[{extra}]'") from None  # fmt: skip
     except SpecError as e:
         raise SpecError(f"--rm {spec!r}: {str(e).removeprefix(f'--rm {kind}: ')}") from None
     except ValueError as e:

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline.reports import md
+
 
 def slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-")
@@ -52,23 +54,24 @@ def leaderboard(results: list[dict]) -> pd.DataFrame:
 
 
 def to_markdown(df: pd.DataFrame, title: str, notes: list[str] = ()) -> str:
+    """A leaderboard as Markdown; model names and categories (foreign data) escaped."""
+
     def cell(v) -> str:
         if isinstance(v, float):
             return "–" if math.isnan(v) else f"{v:.3f}"
-        return str(v)
+        return md(v)
 
-    lines = [f"# {title}", "", *notes, "" if notes else ""]
-    lines.append("| " + " | ".join(df.columns) + " |")
+    lines = [f"# {title}", "", *notes, "" if notes else ""]  # notes: prb's own Markdown
+    lines.append("| " + " | ".join(map(md, df.columns)) + " |")
     lines.append("|" + "---|" * len(df.columns))
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"
 
 
 def bar_plot(df: pd.DataFrame, path: Path, title: str) -> None:
-    import matplotlib
+    from pipeline.reports import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     df = df.iloc[::-1]  # best at the top
     labels = df["model"].tolist()

@@ -362,11 +362,16 @@ def _records(path: Path):
     """(line, record, problem) of one file, streamed for JSONL so a large pool is never whole
     in memory."""
     if path.suffix == ".jsonl":
+        empty = True
         try:
             for lineno, _, obj, problem in jsonl_records(path):
+                empty = False
                 yield lineno, obj, problem
         except OSError as e:
             yield 0, None, f"{path}: cannot read: {e.strerror}"
+            return
+        if empty:
+            yield 0, None, f"{path}: the file is empty: add records (see personas/README.md)"
         return
     records, problems = scan_records(path)
     for problem in problems:

@@ -72,7 +72,11 @@ def data_files(paths: Iterable[str | Path]) -> list[Path]:
     out: list[Path] = []
     for p in map(resolve_path, paths):
         if p.is_dir():
-            out += sorted(f for f in p.iterdir() if f.suffix in DATA_SUFFIXES)
+            found = sorted(f for f in p.iterdir() if f.suffix in DATA_SUFFIXES)
+            if not found:
+                raise PersonaFileError(f"{p}: no persona or question files in this folder "
+                                       f"({', '.join(sorted(DATA_SUFFIXES))})")  # fmt: skip
+            out += found
         elif p.exists():
             out.append(p)
         else:
@@ -89,14 +93,9 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, int, dict | None, str | Non
             start, offset = offset, offset + len(raw)
             try:
                 line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                yield (
-                    lineno,
-                    start,
-                    None,
-                    f"{path}: not UTF-8 text ({e.reason} at byte {start + e.start})",
-                )
-                return
+            except UnicodeDecodeError as e:  # this line only: the rest is still checked
+                yield lineno, start, None, _not_utf8(path, lineno, e)
+                continue
             if not line.strip():
                 continue
             try:
@@ -115,6 +114,11 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, int, dict | None, str | Non
                 yield lineno, start, None, f"{path}:{lineno}: a record must be a JSON object"
 
 
+def _not_utf8(path: Path, lineno: int, e: UnicodeDecodeError) -> str:
+    return (f"{path}:{lineno}: not UTF-8 text ({e.reason} at column {e.start + 1}): save the "
+            "file as UTF-8")  # fmt: skip
+
+
 def scan_records(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
     """(line, record) pairs from a JSONL file or a YAML/JSON list, plus one message per
     unreadable line. Line numbers are real ones in YAML too, so errors point at the record."""
@@ -129,20 +133,31 @@ def scan_records(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
                     records.append((lineno, obj))
         except OSError as e:
             return [], [f"{path}: cannot read: {e}"]
+        if not records and not problems:
+            problems.append(f"{path}: the file is empty: add records (see personas/README.md)")
         return records, problems
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        return [], [f"{path}: not UTF-8 text ({e.reason} at byte {e.start})"]
+        data = path.read_bytes()
     except OSError as e:
         return [], [f"{path}: cannot read: {e}"]
+    bad = []
+    for lineno, raw in enumerate(data.split(b"\n"), 1):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            bad.append(_not_utf8(path, lineno, e))
+    if bad:
+        return [], bad
+    text = data.decode("utf-8")
+    if not text.strip():
+        return [], [f"{path}: the file is empty: add records (see personas/README.md)"]
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         return [], [f"{path}: malformed YAML/JSON: {e}"]
     if data is None:
-        return [], []
+        return [], [f"{path}: the file holds no records: add some (see personas/README.md)"]
     if not isinstance(data, list):
         return [], [f"{path}: expected a list of records"]
     for item, obj in zip(node.value, data, strict=True):

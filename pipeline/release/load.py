@@ -10,8 +10,10 @@ Accepted, in the order tried:
 - one JSONL, JSON (a list of rows) or Parquet file.
 
 Every row must have the public columns (`id, question, profile, rubric_aspects, narrative,
-category, chosen, rejected`); a missing column or an empty question or answer is refused with one
-line naming the file and the row. `profile` may be a list of `{id?, text}` posts or one string.
+category, chosen, rejected`); a missing column or an empty question is refused with one line
+naming the file and the row. Rows that cannot be measured (repeated, empty or identical answers)
+are left out with a warning in `info["warnings"]`, which audit, eval and compare show. `profile`
+may be a list of `{id?, text}` posts or one string.
 """
 
 from __future__ import annotations
@@ -31,30 +33,39 @@ class ReleaseError(PrbError, ValueError):
 
 
 def load_rows(spec: str | Path) -> tuple[list[dict], dict]:
-    """(rows, info): the rows of a release in any accepted layout, and where they came from
-    (`source`, `layout`, `configs`)."""
+    """(rows, info): the rows of a release in any accepted layout that can be measured, and
+    where they came from (`source`, `layout`, `configs`) with `warnings` about the rows that
+    could not (see `_checked`)."""
+    rows, info = _load(spec)
+    checked, warnings = _checked(rows, info["source"])
+    return checked, {**info, "rows": len(rows), "warnings": warnings}
+
+
+def _load(spec: str | Path) -> tuple[list[dict], dict]:
     text = str(spec)
     if text.startswith("hf:"):
-        name = text[3:]
+        name = text[3:].strip()
+        if not name:
+            raise ReleaseError("hf: needs a dataset name after it, e.g. hf:user/name")
         rows, configs = _from_datasets(name, f"hf:{name}")
-        return _checked(rows, text), {"source": text, "layout": "hub", "configs": configs}
+        return rows, {"source": text, "layout": "hub", "configs": configs}
     path = Path(spec)
+    if not text.strip():
+        raise ReleaseError("no release given: name a release folder, a JSONL/JSON/Parquet file "
+                           "or hf:NAME")  # fmt: skip
     if path.is_dir():
         if (path / "README.md").exists() and _card_configs(path):
             rows, configs = _from_datasets(str(path), str(path))
-            return _checked(rows, path), {"source": str(path), "layout": "card configs",
-                                          "configs": configs}  # fmt: skip
+            return rows, {"source": str(path), "layout": "card configs", "configs": configs}
         files = sorted(path.glob(PARQUET_GLOB))
         if not files:
             raise ReleaseError(f"{path}: no dataset card with configs and no {PARQUET_GLOB} "
                                "files: not a release folder")  # fmt: skip
         rows = [r for f in files for r in _read_file(f)]
         configs = sorted({f.parent.name for f in files})
-        return _checked(rows, path), {"source": str(path), "layout": "parquet folders",
-                                      "configs": configs}  # fmt: skip
+        return rows, {"source": str(path), "layout": "parquet folders", "configs": configs}
     if path.is_file():
-        return _checked(_read_file(path), path), {"source": str(path), "layout": "file",
-                                                   "configs": []}  # fmt: skip
+        return _read_file(path), {"source": str(path), "layout": "file", "configs": []}
     raise ReleaseError(f"{spec}: no such file or folder (a release folder, a JSONL/JSON/Parquet "
                        "file, or hf:NAME)")  # fmt: skip
 
@@ -108,7 +119,8 @@ def _read_file(path: Path) -> list[dict]:
         if path.suffix == ".parquet":
             return pd.read_parquet(path).to_dict("records")
         if path.suffix == ".jsonl":
-            lines = path.read_text(encoding="utf-8").splitlines()
+            # lines are split on "\n" only: U+2028 and friends may sit inside a JSON string
+            lines = path.read_text(encoding="utf-8").split("\n")
             return [json.loads(x) for x in lines if x.strip()]
         if path.suffix == ".json":
             data = json.loads(path.read_text(encoding="utf-8"))
@@ -133,10 +145,15 @@ def _plain(value):
     return value
 
 
-def _checked(rows: list[dict], where) -> list[dict]:
+def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
+    """The rows that can be measured, and a warning for each kind of row that cannot: a row
+    repeated whole (counted once), an id given to two different pairs (the later one renamed
+    `ID#2`), an empty answer and chosen identical to rejected (both left out: no probe or
+    reward model can separate them, and counting them would pull every figure to a tie)."""
     if not rows:
         raise ReleaseError(f"{where}: no rows")
-    out = []
+    out, seen = [], {}
+    repeated, renamed, empty, identical = [], [], [], []
     for i, raw in enumerate(rows):
         if not isinstance(raw, dict):
             raise ReleaseError(f"{where}: row {i} is not an object")
@@ -145,11 +162,46 @@ def _checked(rows: list[dict], where) -> list[dict]:
             raise ReleaseError(f"{where}: row {raw.get('id', i)!r} lacks the public column(s) "
                                f"{missing}: is this a release in the public schema?")  # fmt: skip
         row = {k: _plain(v) for k, v in raw.items()}
-        for key in ("question", "chosen", "rejected"):
-            if not isinstance(row[key], str) or not row[key].strip():
-                raise ReleaseError(f"{where}: row {row['id']!r} has an empty or non-text {key}")
-        out.append(row)
-    return out
+        if not isinstance(row["question"], str) or not row["question"].strip():
+            raise ReleaseError(f"{where}: row {row['id']!r} has an empty or non-text question")
+        key = (str(row["category"]), str(row["id"]))
+        if key in seen:
+            if seen[key] == row:
+                repeated.append(key[1])
+                continue
+            n = 2
+            while (key[0], f"{key[1]}#{n}") in seen:
+                n += 1
+            renamed.append(key[1])
+            row["id"] = f"{key[1]}#{n}"
+            key = (key[0], row["id"])
+        seen[key] = row
+        answers = [row[k] for k in ("chosen", "rejected")]
+        if not all(isinstance(a, str) and a.strip() for a in answers):
+            empty.append(str(row["id"]))
+        elif answers[0].strip() == answers[1].strip():
+            identical.append(str(row["id"]))
+        else:
+            out.append(row)
+    warnings = [
+        f"{len(ids)} {what}: {_first(ids)}"
+        for ids, what in (
+            (repeated, "rows repeat an earlier row whole (same id and content; counted once)"),
+            (renamed, "ids name two different pairs (the later renamed ID#2)"),
+            (empty, "pairs have an empty or non-text answer (left out)"),
+            (identical, "pairs have chosen identical to rejected (left out)"),
+        )
+        if ids
+    ]
+    if not out:
+        raise ReleaseError(f"{where}: none of its {len(rows)} rows is a pair that can be "
+                           f"measured: {'; '.join(warnings)}")  # fmt: skip
+    return out, warnings
+
+
+def _first(ids: list[str], shown: int = 3) -> str:
+    return ", ".join(map(repr, ids[:shown])) + (f" and {len(ids) - shown} more"
+                                                if len(ids) > shown else "")  # fmt: skip
 
 
 def profile_text(row: dict) -> str:

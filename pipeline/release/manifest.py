@@ -33,7 +33,7 @@ class Manifest(BaseModel):
     format_version: int
     name: str
     run_id: str
-    simulated: bool
+    simulated: bool  # the config said so, or the simulator answered a call the release uses
     license: str
     config_fingerprint: str
     config: dict
@@ -50,6 +50,7 @@ class Manifest(BaseModel):
     tokens: dict
     cost: dict
     files: dict[str, str] = {}
+    served_by: list[str] = []  # what answered those calls: prb-simulator, endpoint
 
     @property
     def counts(self) -> dict[str, int]:

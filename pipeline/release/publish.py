@@ -277,12 +277,13 @@ def push(
     (another release, someone's notes), the push is refused and names them; `replace` makes the
     repo mirror the folder, deleting those. `api` is an `HfApi` (made from the token if None)."""
     from huggingface_hub import HfApi, get_token
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
 
-    token = get_token()  # HF_TOKEN, or the token saved by `hf auth login`
-    if not token:
-        raise PushRefused(
-            "no Hugging Face token: set HF_TOKEN or run `hf auth login`; nothing was uploaded"
-        )
+    try:
+        validate_repo_id(repo)
+    except HFValidationError:
+        raise PushRefused(f"--repo {repo!r} is not a Hub repo id: use NAME or OWNER/NAME "
+                          "(letters, digits, '-', '_', '.'); nothing was uploaded") from None
     problems = verify(release)
     if problems:
         raise PushRefused(
@@ -291,9 +292,28 @@ def push(
     manifest = load(release)
     if manifest.simulated and not allow_simulated:
         raise PushRefused(
-            f"{release} was built on the simulator; pass --allow-simulated to publish it anyway"
+            f"{release} was built on the simulator (its answers say so: served by "
+            f"{', '.join(manifest.served_by) or 'the simulator'}); nothing was uploaded: pass "
+            "--allow-simulated to publish a simulated benchmark anyway"
+        )
+    token = get_token()  # HF_TOKEN, or the token saved by `hf auth login`
+    if not token:
+        raise PushRefused(
+            "no Hugging Face token: set HF_TOKEN or run `hf auth login`; nothing was uploaded"
         )
     api = api or HfApi(token=token)
+    try:
+        return _upload(api, release, repo, manifest, private, replace)
+    except PrbError:
+        raise
+    except Exception as e:  # noqa: BLE001  (the Hub client raises HTTP, network and OS errors)
+        said = (str(e).strip().splitlines() or [""])[0][:200]
+        raise PushRefused(f"the push to {repo} failed ({type(e).__name__}: {said}); check the "
+                          "network and HF_TOKEN, then push again (an upload is one commit: "
+                          "nothing half-written stays)") from None  # fmt: skip
+
+
+def _upload(api, release: Path, repo: str, manifest, private: bool, replace: bool) -> str:
     api.create_repo(repo, repo_type="dataset", private=private, exist_ok=True)
     local = {p.relative_to(release).as_posix() for p in Path(release).rglob("*") if p.is_file()}
     remote = set(api.list_repo_files(repo, repo_type="dataset"))

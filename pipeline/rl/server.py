@@ -144,11 +144,11 @@ def make_app(make_scorer, concurrency: int = 4, max_items: int = MAX_ITEMS):
 
 
 def serve(spec: str, cfg, *, host: str, port: int, context: str = "profile",
-          concurrency: int = 4, max_items: int = MAX_ITEMS) -> None:  # fmt: skip
-    import uvicorn
+          concurrency: int = 4, max_items: int = MAX_ITEMS, announce=None) -> None:  # fmt: skip
+    from pipeline import serving
 
     app = make_app(lambda: Scorer(spec, cfg, context), concurrency, max_items)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    serving.serve(app, host, port, announce)
 
 
 class Background:

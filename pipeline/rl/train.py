@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline import csvfile
 from pipeline.errors import PrbError
 from pipeline.prompts import load_prompt
 from pipeline.release.load import load_rows, user_key
@@ -233,7 +234,7 @@ def run(release: str, specs: list[str], cfg, policy: Path, out: Path, *,
     paths = {"markdown": out / "rl.md", "csv": out / "rl.csv", "plot": out / "rl.png",
              "json": out / "rl.json"}  # fmt: skip
     paths["markdown"].write_text(to_markdown(df, "RL against each reward model", notes), "utf-8")
-    df.to_csv(paths["csv"], index=False, float_format="%.4f")
+    csvfile.frame_csv(df, paths["csv"], float_format="%.4f")
     scatter_plot(df, paths["plot"], corr, y="rl_gain", baseline=0.0,
                  ylabel="RL gain: oracle grade after - before (held-out users)")  # fmt: skip
     paths["json"].write_text(json.dumps(

@@ -17,6 +17,7 @@ import time
 from fastapi import APIRouter, Form, UploadFile
 from fastapi.responses import JSONResponse, Response
 
+from pipeline.sim import FINGERPRINT
 from pipeline.sim.dispatch import respond
 
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
@@ -51,6 +52,7 @@ def answer_line(
     completion = {
         "id": f"chatcmpl-batch-{custom_id}",
         "object": "chat.completion",
+        "system_fingerprint": FINGERPRINT,
         "created": 0,
         "model": body["model"],
         "choices": [

@@ -25,7 +25,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from pipeline.sim import batches
+from pipeline.sim import FINGERPRINT, batches
 from pipeline.sim import faults as extra_faults
 from pipeline.sim.dispatch import respond
 from pipeline.sim.limits import PromptCache, RateLimits
@@ -240,6 +240,7 @@ def create_app(opts: SimOptions) -> FastAPI:
         payload = {
             "id": "chatcmpl-sim",
             "object": "chat.completion",
+            "system_fingerprint": FINGERPRINT,
             "created": 0,
             "model": body["model"],
             "choices": [
@@ -299,10 +300,10 @@ OPTION_FLAGS = {
 }
 
 
-def serve(port: int, opts: SimOptions, host: str = "127.0.0.1") -> None:
-    import uvicorn
+def serve(port: int, opts: SimOptions, host: str = "127.0.0.1", announce=None) -> None:
+    from pipeline import serving
 
-    uvicorn.run(create_app(opts), host=host, port=port, log_level="warning", access_log=False)
+    serving.serve(create_app(opts), host, port, announce)
 
 
 @contextlib.contextmanager
@@ -345,7 +346,7 @@ def subprocess_server(
 def _stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:
-        proc.wait(10)
+        proc.wait(5)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
@@ -378,5 +379,11 @@ def main(argv: list[str] | None = None) -> None:
             ap.add_argument(flag, type=type(default), default=default)
     args = ap.parse_args(argv)
     opts = SimOptions(**{name: getattr(args, name) for name in OPTION_FLAGS})
-    print(f"prb simulator on http://127.0.0.1:{args.port}/v1", flush=True)
-    serve(args.port, opts)
+    from pipeline.errors import PortInUse
+
+    try:
+        serve(args.port, opts, announce=lambda: print(
+            f"prb simulator on http://127.0.0.1:{args.port}/v1", flush=True))
+    except PortInUse as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)

@@ -28,6 +28,7 @@ from pipeline.records import AnnotationRecord
 from pipeline.release import manifest as mf
 from pipeline.release.card import render_card
 from pipeline.release.schema import FEATURES, data_path, file_checksums, jsonl_path, to_row
+from pipeline.sim import FINGERPRINT as SIMULATOR
 from pipeline.stages.base import RunContext, Stage, prompt_tasks, roles
 from pipeline.store import Records, current_drops
 
@@ -72,6 +73,18 @@ def token_usage(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> di
                 completion += entry[1].get("completion_tokens", 0) or 0
         out[stage] = {"calls": len(keys), "prompt_tokens": prompt, "completion_tokens": completion}
     return out
+
+
+def served_by(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> list[str]:
+    """What answered the calls the release uses, as their cached answers say: `prb-simulator`
+    for the simulator (it signs every answer), `endpoint` for anything else."""
+    seen = set()
+    for keys in keys_by_stage.values():
+        for key in keys:
+            entry = cache.get(key)
+            if entry:
+                seen.add(entry[1].get("served_by", "endpoint"))
+    return sorted(seen)
 
 
 class ReleaseStats:
@@ -174,11 +187,13 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
             counts[category], arrow_bytes[category] = write_category(rows, tmp, category)
         ctx.funnel[STAGE.funnel] = stats.n
         config = cfg.recorded()
+        answered = served_by(ctx.cache, ctx.keys)
         manifest = mf.Manifest(
             format_version=mf.FORMAT_VERSION,
             name=cfg.release.name,
             run_id=cfg.run_id,
-            simulated=cfg.simulated,
+            simulated=cfg.simulated or SIMULATOR in answered,
+            served_by=answered,
             license=cfg.release.license,
             config_fingerprint=hashlib.sha256(
                 json.dumps(config, sort_keys=True).encode()
