@@ -306,7 +306,7 @@ def test_push_refuses_without_a_token(runs, tmp_path):
     env |= {"HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "release", "push", str(runs["two"]),
-         "--repo", "someone/prb-test"],
+         "--repo", "someone/prb-test", "--allow-simulated"],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stdout + proc.stderr
