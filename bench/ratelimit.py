@@ -45,10 +45,10 @@ def workload(n: int) -> list[tuple[str, dict]]:
 
 
 async def run(base_url: str, calls, mode: str, args, cache_path: Path) -> dict:
-    from pipeline.cache import ResponseCache
     from pipeline.config import ModelConfig
     from pipeline.llm import LLM, LLMError
-    from pipeline.prompts import load_prompt
+    from pipeline.llm.cache import ResponseCache
+    from pipeline.llm.prompts import load_prompt
 
     limits = {"set": {"requests_per_minute": args.rpm, "tokens_per_minute": args.tpm},
               "unset": {"rate_limits_from_headers": False}, "learnt": {}}[mode]  # fmt: skip
@@ -77,7 +77,7 @@ async def run(base_url: str, calls, mode: str, args, cache_path: Path) -> dict:
 
 def cost(calls) -> tuple[int, int]:
     """Requests and tokens the simulator charges for the workload: its tokens are words."""
-    from pipeline.prompts import load_prompt
+    from pipeline.llm.prompts import load_prompt
 
     tokens = 0
     for task, variables in calls:

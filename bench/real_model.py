@@ -21,12 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline import local
-from pipeline.cache import ResponseCache
 from pipeline.config import ModelConfig, load_config
-from pipeline.llm import LLM, LLMError
+from pipeline.llm import LLM, LLMError, local
+from pipeline.llm.cache import ResponseCache
+from pipeline.llm.prompts import load_prompt
 from pipeline.personas.sources import source_for
-from pipeline.prompts import load_prompt
 from pipeline.stages.pairs import budget_tokens
 from pipeline.stages.questions import assign_questions
 from pipeline.stages.rubrics import grounded

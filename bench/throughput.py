@@ -19,10 +19,10 @@ from pathlib import Path
 
 
 async def run(base_url: str, calls: int, concurrency: int, cache_path: Path) -> dict:
-    from pipeline.cache import ResponseCache
     from pipeline.config import ModelConfig
     from pipeline.llm import LLM
-    from pipeline.prompts import load_prompt
+    from pipeline.llm.cache import ResponseCache
+    from pipeline.llm.prompts import load_prompt
 
     prompt = load_prompt("content_plan")
     cache = ResponseCache(cache_path)

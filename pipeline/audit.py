@@ -26,8 +26,8 @@ from statsmodels.stats.proportion import proportion_confint
 from pipeline import probes
 from pipeline.checks import CHECKS, FilterConfig
 from pipeline.checks.blind import trials
-from pipeline.config import resolve_path
 from pipeline.errors import PrbError
+from pipeline.paths import resolve_path
 from pipeline.records import (
     AnnotationRecord,
     Dropped,
@@ -404,7 +404,7 @@ def judge_probes(rows: list[dict], judge) -> list:
     import asyncio
 
     from pipeline.judge_probes import run
-    from pipeline.llm import session
+    from pipeline.llm.client import session
 
     cfg, model = judge
 

@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pipeline.config import REPO_ROOT
 from pipeline.eval.models import help_text
+from pipeline.paths import DATA
 
 app = typer.Typer(help="Build Personalized RewardBench-style benchmarks.", no_args_is_help=True)
 console = Console()
@@ -108,11 +108,18 @@ def run_build(
 ) -> dict:
     """The build flow with prb's own Prefect server, console and progress display. Interrupted
     (Ctrl-C, SIGTERM), it says how to resume and exits 130 or 143 (no traceback)."""
-    from pipeline import cost, prefect_env, progress
+    from pipeline import prefect_env, progress
     from pipeline.config import load_config
+    from pipeline.llm import cost
 
     path = str(config) if config else None
     cfg = load_config(path, **overrides)  # a bad config fails here, before Prefect starts
+    if mode == "batch":
+        from pipeline.llm.backends import BACKENDS
+
+        if not BACKENDS.get(cfg.model.provider).batch:
+            raise fail(f"--mode batch: model.provider {cfg.model.provider} has no batch mode "
+                       "in prb; use --mode online", 2)  # fmt: skip
     resume = f"rerun `prb build{f' --config {config}' if config else ''} --run-id {cfg.run_id}`"
     _exit_on_sigterm()
     from prefect.exceptions import TerminationSignal
@@ -146,7 +153,7 @@ def judge_config(stack, config: Path | None, sim: bool, base_url: str | None, **
     checked before anything starts; with `sim`, pointed at a simulator that `stack` stops."""
     from pipeline.config import load_config
 
-    config = config or REPO_ROOT / "configs" / ("demo.yaml" if sim else "default.yaml")
+    config = config or DATA / "configs" / ("demo.yaml" if sim else "default.yaml")
     cfg = load_config(config, model__base_url=base_url, **changes)
     if sim:
         from pipeline.sim.server import running
@@ -195,7 +202,7 @@ def print_summary(result: dict, resume: str) -> None:
 @app.command()
 @guarded
 def build(
-    config: Path = typer.Option(REPO_ROOT / "configs" / "default.yaml", help="Run config (YAML)."),
+    config: Path = typer.Option(DATA / "configs" / "default.yaml", help="Run config (YAML)."),
     run_id: str = typer.Option(None, help="Run id; reusing one resumes that run."),
     base_url: str = typer.Option(None, help="OpenAI-compatible endpoint, e.g. http://host/v1."),
     debug: bool = typer.Option(False, help="Sequential calls (concurrency 1), verbose logs."),
@@ -251,11 +258,11 @@ def demo(
         if config is not None or local:
             raise fail("--recipe picks the demo's config and runs on the simulator: "
                        "drop --config/--local", 2)  # fmt: skip
-        config = REPO_ROOT / "configs" / f"demo-lamp-{recipe}.yaml"
+        config = DATA / "configs" / f"demo-lamp-{recipe}.yaml"
     if local:
-        from pipeline import local as local_model
+        from pipeline.llm import local as local_model
 
-        config = config or REPO_ROOT / "configs" / "local.yaml"
+        config = config or DATA / "configs" / "local.yaml"
         with local_model.running() as (base_url, alias, digest):
             console.print(f"local model {alias} on {base_url} (weights sha256 {digest})")
             overrides = {"run_id": run_id, **local_model.overrides(base_url, alias, digest)}
@@ -264,7 +271,7 @@ def demo(
         from pipeline.rundir import FingerprintError
         from pipeline.sim.server import running
 
-        config = config or REPO_ROOT / "configs" / "demo.yaml"
+        config = config or DATA / "configs" / "demo.yaml"
         overrides = {"run_id": run_id}
         with running() as base_url:  # the simulator prints its address itself
             overrides["model__base_url"] = base_url
@@ -294,8 +301,8 @@ def local_serve(
     on 127.0.0.1, through llama-cpp-python's server; Ctrl-C stops it."""
     import subprocess
 
-    from pipeline import local as local_model
     from pipeline import serving
+    from pipeline.llm import local as local_model
 
     path = local_model.weights()
     digest = local_model.sha256_file(path)
@@ -336,8 +343,9 @@ def _annotation_run(run: str, outputs: Path | None, **changes):
 
     from pydantic import ValidationError
 
-    from pipeline.config import AnnotationConfig, resolve_path
+    from pipeline.config import AnnotationConfig
     from pipeline.errors import PrbError, safe_name
+    from pipeline.paths import resolve_path
 
     if Path(run).is_dir():
         run_dir = Path(run)
@@ -566,8 +574,8 @@ def audit(
 
 def _audit(target: str, worst: int, out: Path | None, judged) -> Path:
     from pipeline.audit import is_run, write_release_report, write_report
-    from pipeline.config import resolve_path
     from pipeline.errors import safe_name
+    from pipeline.paths import resolve_path
 
     if is_run(target):
         return write_report(target, worst_n=worst, judge=judged)
@@ -590,8 +598,8 @@ def compare(
     lengths, leakage probes, quality gap, persona-blind judge, adherence, keep rates."""
     from pipeline.compare import compare as run_compare
     from pipeline.compare import release_name
-    from pipeline.config import resolve_path
     from pipeline.errors import safe_name
+    from pipeline.paths import resolve_path
 
     if out is None:
         pair = f"{release_name(release_a)}-vs-{release_name(release_b)}"
@@ -632,7 +640,7 @@ def show(
 
 def default_eval_dir(release: str) -> Path:
     """Next to a local release folder or file; under outputs/eval/ for hf:NAME."""
-    from pipeline.config import resolve_path
+    from pipeline.paths import resolve_path
 
     if release.startswith("hf:"):
         name = re.sub(r"[^A-Za-z0-9._-]+", "-", release[3:]).strip(".-_") or "release"

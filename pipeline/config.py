@@ -20,8 +20,7 @@ from pydantic import (
 
 from pipeline.checks import FilterConfig
 from pipeline.errors import PrbError, safe_name
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from pipeline.paths import DATA, resolve_path
 
 
 class ConfigError(PrbError, ValueError):
@@ -49,6 +48,9 @@ class Section(BaseModel):
 
 
 class ModelConfig(Section):
+    # the protocol the endpoint speaks (pipeline/llm/backends): openai (OpenAI-compatible:
+    # OpenAI, vLLM, llama.cpp, Ollama, the simulator) or anthropic (the Messages API)
+    provider: str = "openai"
     base_url: str = "http://127.0.0.1:8000/v1"
     api_key: SecretStr = SecretStr("sk-local-simulator")
     generator: str = "prb-sim-1"
@@ -65,11 +67,20 @@ class ModelConfig(Section):
         "json_schema"
     )
     weights_sha256: str | None = None  # a local model's weights file, recorded with the release
-    # the key's rate limits (pipeline/ratelimit.py); unset: learnt from the provider's
+    # the key's rate limits (pipeline/llm/ratelimit.py); unset: learnt from the provider's
     # x-ratelimit-* headers unless rate_limits_from_headers is false
     requests_per_minute: float | None = Field(None, gt=0)
     tokens_per_minute: float | None = Field(None, gt=0)
     rate_limits_from_headers: bool = True
+
+    @field_validator("provider")
+    @classmethod
+    def _provider(cls, v: str) -> str:
+        from pipeline.llm.backends import BACKENDS
+
+        if v not in BACKENDS:
+            raise ValueError(f"unknown provider {v!r}: use one of {', '.join(BACKENDS.names())}")
+        return v
 
 
 class PersonaConfig(Section):
@@ -121,7 +132,7 @@ class GenerationConfig(Section):
     @field_validator("chosen_prompt", "rejected_prompt")
     @classmethod
     def _prompt(cls, v: str) -> str:
-        if not (REPO_ROOT / "prompts" / f"{_safe(v, 'prompt name')}.yaml").is_file():
+        if not (DATA / "prompts" / f"{_safe(v, 'prompt name')}.yaml").is_file():
             raise ValueError(f"no prompt file prompts/{v}.yaml")
         return v
 
@@ -173,7 +184,7 @@ class Price(Section):
 
 
 class CostConfig(Section):
-    """Turns the manifest's token counts into money (pipeline/cost.py)."""
+    """Turns the manifest's token counts into money (pipeline/llm/cost.py)."""
 
     currency: str = "USD"
     batch_discount: float = Field(0.5, ge=0, le=1)  # fraction of the price that batch calls save
@@ -292,13 +303,7 @@ ENV_OVERRIDES = {
 }
 
 
-def resolve_path(path: str | Path) -> Path:
-    """Relative paths in configs are relative to the repository root, not the cwd."""
-    p = Path(path)
-    return p if p.is_absolute() else REPO_ROOT / p
-
-
-RECIPES_DIR = REPO_ROOT / "configs" / "recipes"
+RECIPES_DIR = DATA / "configs" / "recipes"
 
 
 def recipes() -> list[str]:

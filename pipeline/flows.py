@@ -1,9 +1,10 @@
 """The Prefect flow `build`: the stages of pipeline/stages/ in order, one Prefect task per stage.
 
-Model calls run concurrently with asyncio inside a stage task (bounded by llm.py's semaphore),
-never as one Prefect task per call: Prefect's per-task bookkeeping would dominate. Resume is the
-stage files' job, not Prefect's result cache, so tasks use NO_CACHE. The flow receives the config
-path and plain overrides, never the API key, so the key cannot land in Prefect's database.
+Model calls run concurrently with asyncio inside a stage task (bounded by the call path's
+semaphore), never as one Prefect task per call: Prefect's per-task bookkeeping would
+dominate. Resume is the stage files' job, not Prefect's result cache, so tasks use NO_CACHE.
+The flow receives the config path and plain overrides, never the API key, so the key cannot
+land in Prefect's database.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import time
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
-from pipeline.cache import ResponseCache
 from pipeline.config import load_config
 from pipeline.errors import PrbError, StorageError
-from pipeline.llm import LLM
+from pipeline.llm.cache import ResponseCache
+from pipeline.llm.client import LLM
 from pipeline.release.manifest import write_funnel
 from pipeline.rundir import open_run
 from pipeline.stages import STAGES, RunContext, Stage
@@ -49,7 +50,7 @@ async def build(
 ) -> dict:
     """Run every stage for one run id; a rerun resumes and repeats no finished work.
 
-    mode "batch" sends model calls through the Batch API (pipeline/batch.py); shards > 0 runs
+    mode "batch" sends model calls through the Batch API (pipeline/llm/batch.py); shards > 0 runs
     each model stage as that many shard tasks on the flow's task runner (pipeline/shards.py).
     force_new_run moves an existing run directory aside (`<run>.old-N`) and starts afresh.
     """
@@ -67,7 +68,7 @@ async def build(
     cache_ = ResponseCache(cfg.cache_path)
     transport = None
     if mode == "batch":
-        from pipeline.batch import BatchTransport
+        from pipeline.llm.batch import BatchTransport
 
         transport = BatchTransport(cfg.batch, run_dir)
     llm = LLM(cfg.model, cache_, transport=transport)

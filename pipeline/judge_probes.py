@@ -1,5 +1,5 @@
 """Judge probes for any release (`prb audit RELEASE --judge`): what a pairwise judge model says
-about the pairs with and without the user. Both use the `rm_pairwise` prompt through llm.py
+about the pairs with and without the user. Both use the `rm_pairwise` prompt through pipeline/llm/
 (cached like every call), in both A/B orders.
 
 - persona-blind: the judge sees the question and the two answers, not the user. Accuracy over
@@ -22,9 +22,9 @@ from statsmodels.stats.proportion import proportion_confint
 
 from pipeline.contrast import User, contrasts
 from pipeline.eval.rewards import user_context
-from pipeline.llm import LLMError, PermanentLLMError
+from pipeline.llm.prompts import load_prompt
+from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.probes import THRESHOLD, Probe, bootstrap
-from pipeline.prompts import load_prompt
 from pipeline.records import POINTS, advantage
 from pipeline.release.load import user_key
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import html
 import re
-from pathlib import Path
 
 import jinja2
 
-TEMPLATES = Path(__file__).parent / "templates"
+from pipeline.paths import TEMPLATES
+
 _BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
 
 

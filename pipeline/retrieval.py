@@ -13,8 +13,9 @@ import functools
 import logging
 from pathlib import Path
 
-from pipeline.config import ProfileConfig, resolve_path
+from pipeline.config import ProfileConfig
 from pipeline.errors import PrbError
+from pipeline.paths import resolve_path
 from pipeline.records import ProfileItem, RankedPost
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from pipeline.config import RunConfig
 from pipeline.errors import PrbError
-from pipeline.prompts import PromptError, all_prompts, load_prompt
+from pipeline.llm.prompts import PromptError, all_prompts, load_prompt
 from pipeline.store import atomic_write
 
 log = logging.getLogger("prb.rundir")

@@ -22,7 +22,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from pipeline.config import RunConfig
-from pipeline.llm import session
+from pipeline.llm.client import session
 from pipeline.records import stable_id
 from pipeline.stages import RunContext, Stage, model_stages
 from pipeline.store import Records, dropped_file, settled_ids

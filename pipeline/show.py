@@ -15,10 +15,10 @@ from rich.table import Table
 from rich.text import Text
 
 from pipeline.audit import AuditError, resolve_run
-from pipeline.cache import ResponseCache
-from pipeline.config import resolve_path
-from pipeline.llm import parse_output
-from pipeline.prompts import PromptError, load_prompt
+from pipeline.llm.cache import ResponseCache
+from pipeline.llm.prompts import PromptError, load_prompt
+from pipeline.llm.structured import parse_output
+from pipeline.paths import resolve_path
 from pipeline.records import Pair
 from pipeline.stages import call_order, stage
 

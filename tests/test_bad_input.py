@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.config import ConfigError
+from pipeline.llm.prompts import PromptError
 from pipeline.personas.files import PersonaFileError
-from pipeline.prompts import PromptError
 
 
 def sim_requests(sim_url: str) -> int:
@@ -128,7 +128,7 @@ def test_empty_library(tmp_path, sim_url):
 @pytest.fixture
 def prompts_copy(tmp_path, monkeypatch):
     """A private copy of prompts/ that the build reads instead of the real one."""
-    import pipeline.prompts as P
+    import pipeline.llm.prompts as P
 
     prompts = tmp_path / "prompts"
     shutil.copytree(REPO / "prompts", prompts)

@@ -10,11 +10,11 @@ from pathlib import Path
 import httpx
 from conftest import build, write_config
 
-from pipeline.batch import ENDPOINT, BatchTransport
-from pipeline.cache import ResponseCache
 from pipeline.config import load_config
 from pipeline.llm import LLM
-from pipeline.prompts import load_prompt
+from pipeline.llm.batch import ENDPOINT, BatchTransport
+from pipeline.llm.cache import ResponseCache
+from pipeline.llm.prompts import load_prompt
 from pipeline.sim.batches import answer_line
 
 

@@ -11,7 +11,7 @@ import datasets
 import pytest
 from conftest import build, write_config
 
-from pipeline.cache import ResponseCache
+from pipeline.llm.cache import ResponseCache
 
 RELEASED = [
     "id",
@@ -121,8 +121,8 @@ def test_faulted_endpoint_gives_the_same_pairs(tmp_path, sim_url, sim_factory):
 def test_changed_prompt_invalidates_only_its_task(tmp_path, sim_url, monkeypatch):
     prompts = tmp_path / "prompts"
     shutil.copytree(Path(__file__).resolve().parent.parent / "prompts", prompts)
-    monkeypatch.setattr("pipeline.prompts.PROMPTS_DIR", prompts)
-    import pipeline.prompts as P
+    monkeypatch.setattr("pipeline.llm.prompts.PROMPTS_DIR", prompts)
+    import pipeline.llm.prompts as P
 
     monkeypatch.setattr(P.load_prompt, "__defaults__", (prompts,))
     monkeypatch.setattr(P.all_prompts, "__defaults__", (prompts,))

@@ -15,7 +15,6 @@ import pytest
 from conftest import write_config
 from typer.testing import CliRunner
 
-from pipeline.cache import ResponseCache
 from pipeline.cli import app
 from pipeline.config import ModelConfig
 from pipeline.eval.bon import CandidatesError, correlation, load_candidates
@@ -23,6 +22,7 @@ from pipeline.eval.evaluate import ReleaseError, bootstrap_ci, evaluate, load_re
 from pipeline.eval.models import parse_spec
 from pipeline.eval.rewards import SpecError
 from pipeline.llm import LLM
+from pipeline.llm.cache import ResponseCache
 
 CATS = ("Art_and_Entertainment", "Society_and_Culture")
 POINTS = "Start with one small project. Practise a little every week. Ask a teacher for feedback."

@@ -30,11 +30,13 @@ import uvicorn
 from conftest import build, write_config
 from tenacity import RetryCallState
 
-from pipeline.cache import ResponseCache
 from pipeline.config import ModelConfig
 from pipeline.errors import NothingReleased
 from pipeline.llm import LLM, LLMError, PermanentLLMError
-from pipeline.prompts import load_prompt
+from pipeline.llm.backends.base import classify
+from pipeline.llm.backends.openai import BAD_REQUEST, PERMANENT
+from pipeline.llm.cache import ResponseCache
+from pipeline.llm.prompts import load_prompt
 from pipeline.sim.server import SimOptions, create_app, free_port
 
 DEFAULTS = SimOptions()
@@ -147,7 +149,9 @@ def test_retry_after_is_honoured_and_its_absence_backs_off(tmp_path):
     def wait_after(headers: dict) -> float:
         request = httpx.Request("POST", "http://x/v1/chat/completions")
         response = httpx.Response(429, headers=headers, request=request)
-        exc = openai.RateLimitError("rate limited", response=response, body=None)
+        # as the OpenAI backend hands a 429 to the call path
+        exc = classify(openai.RateLimitError("rate limited", response=response, body=None), cfg,
+                       permanent=PERMANENT, bad_request=BAD_REQUEST)  # fmt: skip
         state = RetryCallState(None, None, (), {})
         state.attempt_number = 1
         state.set_exception((type(exc), exc, None))

@@ -403,7 +403,7 @@ def test_a_limit_too_small_to_finish_warns_and_the_eta_says_so():
     from rich.console import Console
 
     from pipeline import progress
-    from pipeline.ratelimit import Limiter
+    from pipeline.llm.ratelimit import Limiter
 
     out = io.StringIO()
     with progress.showing(Console(file=out, width=300), interval=3600) as shown:
@@ -428,7 +428,7 @@ def test_an_eval_whose_pairs_mostly_fail_exits_7(tmp_path, sim_factory):
 
 
 def test_retry_after_beyond_the_cap_does_not_pause_every_request():
-    from pipeline.ratelimit import MAX_RETRY_AFTER_S, Limiter
+    from pipeline.llm.ratelimit import MAX_RETRY_AFTER_S, Limiter
 
     limiter = Limiter(requests_per_minute=600, learn=False)
     limiter.observe({"retry-after": "99999999"}, 429)

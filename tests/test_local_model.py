@@ -18,8 +18,8 @@ import pytest
 from conftest import build, write_config
 from test_crash import prefect_env
 
-from pipeline import local
 from pipeline.errors import NothingReleased
+from pipeline.llm import local
 
 CATEGORIES = ["Art_and_Entertainment", "Society_and_Culture"]
 LAX = {  # a 135M judge scores almost at random: let pairs through, this tests the machinery

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from conftest import build, write_config
 
-from pipeline.cache import ResponseCache
 from pipeline.config import load_config
 from pipeline.llm import LLM
+from pipeline.llm.cache import ResponseCache
 from pipeline.records import Pair, RubricRecord
 from pipeline.sim.responder import REGISTERS, STYLES, styles_of
 from pipeline.stages import RunContext, stage

@@ -13,11 +13,11 @@ import httpx
 import pytest
 from conftest import build, write_config
 
-from pipeline.cache import ResponseCache
 from pipeline.config import ModelConfig, RunConfig
 from pipeline.llm import LLM, LLMError
-from pipeline.prompts import load_prompt
-from pipeline.ratelimit import Limiter, parse_duration, prompt_tokens
+from pipeline.llm.cache import ResponseCache
+from pipeline.llm.prompts import load_prompt
+from pipeline.llm.ratelimit import Limiter, parse_duration, prompt_tokens
 
 RPM = 1200  # 20 a second, a bucket of 20: a burst of 48 at once overruns it
 

@@ -210,7 +210,7 @@ class CsvSource(FileSource):
     def _load(self, cfg):
         import csv
 
-        from pipeline.config import resolve_path
+        from pipeline.paths import resolve_path
         from pipeline.records import ProfileItem
 
         personas, questions = [], []
@@ -227,7 +227,7 @@ class CsvSource(FileSource):
         return personas, questions
 
     def digests(self, cfg):
-        from pipeline.config import resolve_path
+        from pipeline.paths import resolve_path
 
         path = resolve_path(cfg.source[4:])
         return {str(path): file_digest(path)}

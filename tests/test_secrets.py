@@ -11,7 +11,7 @@ from conftest import REPO, build, write_config
 from test_crash import prefect_env, run_prb
 
 from pipeline.config import load_config
-from pipeline.prompts import load_prompt
+from pipeline.llm.prompts import load_prompt
 
 KEY = "sk-prb-CANARY-7f3a9c2e51d84b06"
 

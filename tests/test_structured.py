@@ -11,10 +11,10 @@ import httpx
 import pytest
 from conftest import build, write_config
 
-from pipeline.cache import ResponseCache
 from pipeline.config import ModelConfig
 from pipeline.llm import LLM, response_format, strict_schema
-from pipeline.prompts import load_prompt
+from pipeline.llm.cache import ResponseCache
+from pipeline.llm.prompts import load_prompt
 from pipeline.records import BlindOutput, PlannerOutput, QualityOutput
 
 MODES = ("json_schema", "json_object_schema", "json_object", "none")
@@ -129,7 +129,7 @@ def test_every_json_task_schema_compiles_to_a_llama_cpp_grammar():
     say) with unconstrained JSON and no error: found on the real model, where the planner's
     evidence pattern made every rubric free-form. Compile each schema as the server would."""
     grammar = pytest.importorskip("llama_cpp.llama_grammar")
-    from pipeline.prompts import all_prompts
+    from pipeline.llm.prompts import all_prompts
 
     outputs = {t.output for t in all_prompts().values() if t.output is not None}
     assert PlannerOutput in outputs and len(outputs) >= 5

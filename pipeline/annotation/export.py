@@ -33,8 +33,9 @@ from pipeline.annotation.layout import (
     labels_lock,
     labels_path,
 )
-from pipeline.config import REPO_ROOT, AnnotationConfig
+from pipeline.config import AnnotationConfig
 from pipeline.errors import PrbError, safe_name
+from pipeline.paths import DATA
 from pipeline.records import AnnotationKey, AnnotationKeyItem, FilterRecord, Pair, stable_id
 from pipeline.store import StageFile, latest
 
@@ -240,7 +241,7 @@ def _export(run_dir, run_id, cfg, annotators, pool, force) -> ExportSummary:
         out = tmp / "batches"
         for name in CONFIG_FILES:
             (out / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(REPO_ROOT / "annotation" / name, out / name)
+            shutil.copyfile(DATA / "annotation" / name, out / name)
         (out / "assignments.json").write_text(json.dumps(key.assignments, indent=2) + "\n")
         for batch_id, who in key.assignments.items():
             batch = [i for i in key.items if i.batch_id == batch_id]

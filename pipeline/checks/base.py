@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from pipeline.llm import CallResult
+    from pipeline.llm.types import CallResult
     from pipeline.records import FilterRecord, Pair
 
 

@@ -1,7 +1,7 @@
 """`prb eval bon`: does benchmark accuracy predict Best-of-N quality downstream?
 
 For each prompt of a release, N candidate answers (sampled from the generator through
-pipeline/llm.py with N seeds, or read from a JSONL file); each reward model picks its best; an
+pipeline/llm/ with N seeds, or read from a JSONL file); each reward model picks its best; an
 oracle judge that sees the user's rubric aspects grades every candidate 0/1/2 per aspect, as in
 the Personalized RewardBench paper. A model's Best-of-N win rate is how often its pick beats a
 random candidate in the oracle's eyes (ties count half), computed exactly over the N. Across
@@ -27,8 +27,9 @@ from pipeline import csvfile
 from pipeline.errors import PrbError
 from pipeline.eval.report import slug, to_markdown
 from pipeline.eval.rewards import Query, RewardModel, user_context
-from pipeline.llm import LLM, LLMError, PermanentLLMError
-from pipeline.prompts import load_prompt
+from pipeline.llm.client import LLM
+from pipeline.llm.prompts import load_prompt
+from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.records import BonPick, stable_id
 from pipeline.reports import md
 

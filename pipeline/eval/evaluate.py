@@ -19,7 +19,7 @@ from scipy import stats
 from pipeline import csvfile, progress
 from pipeline.eval.report import bar_plot, leaderboard, slug, to_markdown
 from pipeline.eval.rewards import Query, RewardModel, user_context
-from pipeline.llm import LLMError, PermanentLLMError
+from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.records import POINTS, PairScore, advantage
 from pipeline.release.load import ReleaseError, load_rows  # noqa: F401  (re-exported)
 from pipeline.reports import md
@@ -281,7 +281,7 @@ async def run(
     """What `prb eval` does: build the adapters, score the release, write the results; with
     `bon` (n, candidates, generator, oracle) also the Best-of-N check under out/bon/."""
     from pipeline.eval.models import parse_spec
-    from pipeline.llm import session
+    from pipeline.llm.client import session
 
     async with session(cfg) as llm:
         rms = [parse_spec(s, llm=llm, judge_model=cfg.model.judge, context=context) for s in specs]

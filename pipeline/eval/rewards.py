@@ -4,7 +4,7 @@ A reward model ranks candidate answers to one user's question. Pointwise models 
 `score_many` (one float per (context, question, answer)); pairwise models implement `prefer`
 (which of two answers). `rank` gives one score per candidate either way: pointwise scores, or
 for pairwise models the number of wins over every ordered pair of candidates, so each A/B
-order is asked. Adapters: LLM judges (any OpenAI-compatible endpoint, through pipeline/llm.py),
+order is asked. Adapters: LLM judges (any OpenAI-compatible endpoint, through pipeline/llm/),
 a Hugging Face sequence classifier (extra `hf`), and baselines (random, longer-wins, lexical
 profile overlap). Each adapter says how it is named on the command line (`kind`, `help`) and
 parses its own options (`from_spec`); pipeline/eval/models.py is the table of them.
@@ -18,8 +18,8 @@ import random
 from dataclasses import dataclass, field
 
 from pipeline.errors import PrbError
-from pipeline.llm import LLM
-from pipeline.prompts import load_prompt
+from pipeline.llm.client import LLM
+from pipeline.llm.prompts import load_prompt
 from pipeline.records import stable_id
 from pipeline.text import content_words
 
@@ -176,7 +176,7 @@ class OverlapRM(RewardModel):
 
 @dataclass
 class JudgeRM(RewardModel):
-    """An LLM judge through pipeline/llm.py: pointwise (1-10 score) or pairwise (A/B/tie)."""
+    """An LLM judge through pipeline/llm/: pointwise (1-10 score) or pairwise (A/B/tie)."""
 
     llm: LLM | None = None
     model: str = ""

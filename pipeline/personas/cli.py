@@ -12,15 +12,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from pipeline.config import REPO_ROOT, ConfigError, PersonaConfig
+from pipeline.config import ConfigError, PersonaConfig
+from pipeline.paths import DATA
 
 app = typer.Typer(help="Validate, extend and summarise the persona library.", no_args_is_help=True)
 console = Console()
 DEFAULTS = PersonaConfig()
 # defaults are absolute (repository); paths typed by the user are relative to the cwd
-LIBRARY = REPO_ROOT / DEFAULTS.library[0]
-QUESTIONS = REPO_ROOT / DEFAULTS.questions[0]
-TAXONOMY = REPO_ROOT / "personas" / "taxonomy.yaml"
+LIBRARY = DATA / DEFAULTS.library[0]
+QUESTIONS = DATA / DEFAULTS.questions[0]
+TAXONOMY = DATA / "personas" / "taxonomy.yaml"
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
@@ -148,7 +149,7 @@ def stats(
 @app.command()
 def expand(
     n: int = typer.Option(..., "--n", min=1, help="How many candidate personas to write."),
-    config: Path = typer.Option(REPO_ROOT / "configs" / "default.yaml", help="Run config."),
+    config: Path = typer.Option(DATA / "configs" / "default.yaml", help="Run config."),
     base_url: str = typer.Option(None, help="OpenAI-compatible endpoint, e.g. http://host/v1."),
     category: list[str] = typer.Option(None, help="Only these categories (repeatable)."),
     seed: int = typer.Option(0, help="Seed for targets, seed personas and model calls."),

@@ -14,12 +14,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from pipeline.cache import ResponseCache
-from pipeline.config import RunConfig, resolve_path
-from pipeline.llm import LLM, LLMError
+from pipeline.config import RunConfig
+from pipeline.llm.cache import ResponseCache
+from pipeline.llm.client import LLM
+from pipeline.llm.prompts import load_prompt
+from pipeline.llm.types import LLMError
+from pipeline.paths import resolve_path
 from pipeline.personas.checks import Entry, cross_issues, parse_paths, persona_issues
 from pipeline.personas.files import PersonaFileError, Taxonomy, load_taxonomy
-from pipeline.prompts import load_prompt
 from pipeline.records import Persona, PersonaDraft, ProfileItem, stable_id
 from pipeline.store import atomic_write
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from pipeline.config import resolve_path
 from pipeline.errors import PrbError
+from pipeline.paths import resolve_path
 from pipeline.records import Persona, Question
 
 log = logging.getLogger("prb.personas")

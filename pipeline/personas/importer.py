@@ -22,8 +22,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from pipeline.config import resolve_path
 from pipeline.errors import PrbError, safe_name
+from pipeline.paths import resolve_path
 from pipeline.personas.files import PersonaFileError
 from pipeline.records import Persona, ProfileItem, Question, RubricAspect, stable_id
 

@@ -8,7 +8,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.config import resolve_path
+from pipeline.paths import resolve_path
 from pipeline.personas.checks import Report, validate
 from pipeline.personas.files import PersonaFileError, Taxonomy
 from pipeline.records import Persona, Question

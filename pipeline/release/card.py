@@ -8,7 +8,6 @@ and the check columns' from the checks, the other columns' from the schema.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import datasets
 import jinja2
@@ -16,10 +15,9 @@ import yaml
 
 from pipeline.annotation.verdicts import card_section as annotation_card
 from pipeline.checks import CHECKS, setting_names
+from pipeline.paths import TEMPLATES
 from pipeline.release.manifest import Manifest
 from pipeline.release.schema import COLUMN_DOCS, FEATURES
-
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 
 
 def _table(header: list[str], rows: list[list[object]]) -> str:

@@ -7,7 +7,7 @@ judges: a reward server scores one response) over HTTP, for RL engines to call.
 
 At most `concurrency` batches are scored at once (the rest wait), at most `max_items` items a
 batch (413 beyond); a malformed body is a 422 whose `error` names the field. LLM judges go
-through llm.py: its retries, rate limits and the response cache (the same answer is never
+through pipeline/llm/: its retries, rate limits and the response cache (the same answer is never
 paid for twice). An item the model could not score is null with its reason, never a made-up 0.
 """
 
@@ -18,7 +18,7 @@ import contextlib
 from dataclasses import dataclass, field
 
 from pipeline.eval.rewards import Query, SpecError, user_context
-from pipeline.llm import LLMError, PermanentLLMError
+from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.records import RewardItem, ScoreRequest, ScoreResponse
 
 MAX_ITEMS = 512
@@ -34,9 +34,9 @@ class Scorer:
     rm: object = field(init=False, default=None)
 
     def __post_init__(self):
-        from pipeline.cache import ResponseCache
         from pipeline.eval.models import parse_spec
-        from pipeline.llm import LLM
+        from pipeline.llm.cache import ResponseCache
+        from pipeline.llm.client import LLM
 
         self.cache = ResponseCache(self.cfg.cache_path)
         self.llm = LLM(self.cfg.model, self.cache)

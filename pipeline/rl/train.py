@@ -31,7 +31,7 @@ import pandas as pd
 
 from pipeline import csvfile
 from pipeline.errors import PrbError
-from pipeline.prompts import load_prompt
+from pipeline.llm.prompts import load_prompt
 from pipeline.release.load import load_rows, user_key
 
 
@@ -149,7 +149,7 @@ def train(policy: Path, url: str, rows: list[dict], settings, work: Path) -> tup
 
 async def _grade(cfg, oracle: str, rows: list[dict], answers: dict) -> dict[str, float]:
     from pipeline.eval.bon import oracle_grades
-    from pipeline.llm import session
+    from pipeline.llm.client import session
 
     async with session(cfg) as llm:
         grades, failed = await oracle_grades(
@@ -165,7 +165,7 @@ async def _grade(cfg, oracle: str, rows: list[dict], answers: dict) -> dict[str,
 async def _accuracy(cfg, spec: str, rows: list[dict], context: str) -> tuple[str, float]:
     from pipeline.eval.evaluate import metrics, score_pairs
     from pipeline.eval.models import parse_spec
-    from pipeline.llm import session
+    from pipeline.llm.client import session
 
     async with session(cfg) as llm:
         rm = parse_spec(spec, llm=llm, judge_model=cfg.model.judge, context=context)

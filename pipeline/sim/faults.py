@@ -11,7 +11,8 @@ of these rates is set, so older seeded fault sequences stay as they were.
 - wrong_schema: a well-formed completion whose content is JSON in the wrong shape
   (JSON tasks only: for a plain-text task any text is a valid answer);
 - content_filter: `finish_reason: "content_filter"` with no content, as providers refuse;
-- `require_key`: every request without `Authorization: Bearer <key>` gets 401.
+- `require_key`: every request without `Authorization: Bearer <key>` (or Anthropic's
+  `x-api-key: <key>`) gets 401.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def draw(opts, rng: random.Random) -> str | None:
 
 def before_answer(opts, fault: str | None, request: Request) -> Response | None:
     """A response that replaces the answer, or None to answer normally."""
-    if opts.require_key and request.headers.get("authorization") != f"Bearer {opts.require_key}":
+    sent = request.headers.get("x-api-key") or request.headers.get("authorization", "")
+    if opts.require_key and sent.removeprefix("Bearer ") != opts.require_key:
         opts.stats["fault_401"] += 1
         return JSONResponse(
             {

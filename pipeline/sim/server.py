@@ -29,6 +29,7 @@ from pipeline.sim import FINGERPRINT, batches
 from pipeline.sim import faults as extra_faults
 from pipeline.sim.dispatch import respond
 from pipeline.sim.limits import PromptCache, RateLimits
+from pipeline.sim.messages import anthropic_error, from_message, to_message
 
 MODELS = ("prb-sim-1",)
 
@@ -146,7 +147,18 @@ def create_app(opts: SimOptions) -> FastAPI:
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
+        return await complete(await request.json(), request)
+
+    @app.post("/v1/messages")
+    async def messages(request: Request):
+        """Anthropic's Messages API over the same answers and faults (pipeline/sim/messages.py
+        translates the request and the answer)."""
         body = await request.json()
+        if request.headers.get("anthropic-version") is None:
+            return anthropic_error(400, "missing anthropic-version header")
+        return to_message(await complete(from_message(body), request))
+
+    async def complete(body: dict, request: Request):
         opts.stats["requests"] += 1
         words = [w for m in body.get("messages") or [] for w in (m.get("content") or "").split()]
         if limits:  # charged on arrival, as a provider does

@@ -24,9 +24,9 @@ from pipeline.records import Dropped
 from pipeline.store import Records, StageFile, dropped_file, settled_ids
 
 if TYPE_CHECKING:
-    from pipeline.cache import ResponseCache
     from pipeline.config import RunConfig
-    from pipeline.llm import LLM
+    from pipeline.llm.cache import ResponseCache
+    from pipeline.llm.client import LLM
 
 
 class RunContext:
@@ -111,7 +111,7 @@ def roles(stages: tuple[Stage, ...]) -> dict[str, str]:
     return {s.name: s.role for s in stages if s.role}
 
 
-RECORDS_IN_FLIGHT = 256  # enough to keep llm.py's call semaphore full at any sane concurrency
+RECORDS_IN_FLIGHT = 256  # enough to keep the call path's semaphore full at any sane concurrency
 
 
 async def process_stage(

@@ -5,7 +5,7 @@ each check's result, every reason and every failed judge call.
 Checks run cheapest first: the model-free ones (length ratio, near-duplicates) before any call,
 then one judge check at a time; a pair that a check drops meets no later judge (its checks are
 listed as `skipped`) unless `filters.evaluate_all: true`, the auditing mode that runs every
-check on every pair, its judges at once. A judge call that fails after llm.py's retries drops
+check on every pair, its judges at once. A judge call that fails after the call path's retries drops
 the pair with reason `judge_<kind>`; what did succeed is still recorded. A permanent endpoint
 error (bad key, unknown model) stops the run instead.
 """
@@ -18,8 +18,8 @@ from collections import Counter
 from pipeline.checks import CHECKS, by_cost
 from pipeline.checks import tasks as check_tasks
 from pipeline.errors import is_transient
-from pipeline.llm import CallResult, LLMError, PermanentLLMError
-from pipeline.prompts import load_prompt
+from pipeline.llm.prompts import load_prompt
+from pipeline.llm.types import CallResult, LLMError, PermanentLLMError
 from pipeline.records import FilterRecord, Pair
 from pipeline.stages.base import RunContext, Stage, process_stage
 from pipeline.store import Records

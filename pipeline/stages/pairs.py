@@ -10,8 +10,8 @@ same variables; each uses what it needs."""
 
 from __future__ import annotations
 
-from pipeline.llm import LLMError
-from pipeline.prompts import load_prompt
+from pipeline.llm.prompts import load_prompt
+from pipeline.llm.types import LLMError
 from pipeline.records import Dropped, Pair, RubricRecord, pair_id, stable_id
 from pipeline.stages.base import RunContext, Stage, model_stage_done, process_stage
 from pipeline.store import Records

@@ -19,11 +19,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from datasets.arrow_writer import ParquetWriter
 
-from pipeline import cost
 from pipeline.annotation.verdicts import manifest_block, releasable
-from pipeline.cache import ResponseCache
 from pipeline.errors import DiskFullError, NothingReleased, is_disk_full
-from pipeline.prompts import load_prompt
+from pipeline.llm import cost
+from pipeline.llm.cache import ResponseCache
+from pipeline.llm.prompts import load_prompt
 from pipeline.records import AnnotationRecord
 from pipeline.release import manifest as mf
 from pipeline.release.card import render_card

@@ -18,10 +18,10 @@ import yaml
 from pydantic import BaseModel
 
 from pipeline import records
-from pipeline.config import REPO_ROOT
 from pipeline.errors import PrbError
+from pipeline.paths import DATA
 
-PROMPTS_DIR = REPO_ROOT / "prompts"
+PROMPTS_DIR = DATA / "prompts"
 
 
 def _inert(value: object) -> object:

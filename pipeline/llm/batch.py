@@ -1,9 +1,9 @@
 """`prb build --mode batch`: model calls go through the OpenAI Batch API instead of one request
 each, and their answers land in the response cache, so the stages run unchanged.
 
-`BatchTransport` is a transport of llm.py's `LLM` (`LLM(..., transport=...)`): a cache miss is
-not sent at once but queued while the stage creates its calls, and once no new call has arrived
-for `QUIET_S` the queue is written to a Batch API JSONL file, uploaded (`files.create`),
+`BatchTransport` is a transport of the call path's `LLM` (`LLM(..., transport=...)`): a cache
+miss is not sent at once but queued while the stage creates its calls, and once no new call
+has arrived for `QUIET_S` the queue is written to a Batch API JSONL file, uploaded (`files.create`),
 submitted (`batches.create`) and recorded in `<run_dir>/batches.jsonl` BEFORE any polling, so a
 rerun after a crash collects the recorded batch instead of paying for it twice. Collected
 answers are written into the response cache, where the waiting call reads its answer. A line
@@ -24,7 +24,9 @@ from pathlib import Path
 
 from pipeline import progress
 from pipeline.config import BatchConfig
-from pipeline.llm import LLM, PermanentLLMError, Request, Unparseable, read_completion
+from pipeline.llm.backends.openai import read_completion
+from pipeline.llm.client import LLM
+from pipeline.llm.types import PermanentLLMError, Request, Unparseable
 from pipeline.records import BatchJob
 from pipeline.store import StageFile, atomic_write
 
@@ -120,10 +122,10 @@ class BatchTransport:
             for cid, (_, body, _) in chunk.items():
                 line = {"custom_id": cid, "method": "POST", "url": ENDPOINT, "body": body}
                 f.write(json.dumps(line, ensure_ascii=False, sort_keys=True) + "\n")
-        uploaded = await self.llm.client.files.create(
+        uploaded = await self.llm.backend.client.files.create(
             file=(path.name, path.read_bytes()), purpose="batch"
         )
-        batch = await self.llm.client.batches.create(
+        batch = await self.llm.backend.client.batches.create(
             input_file_id=uploaded.id,
             endpoint=ENDPOINT,
             completion_window=self.batch_cfg.completion_window,
@@ -146,7 +148,7 @@ class BatchTransport:
     async def _collect(self, job: BatchJob, chunk: dict) -> None:
         """Poll until the batch ends, then write every answered line into the cache."""
         while True:
-            batch = await self.llm.client.batches.retrieve(job.batch_id)
+            batch = await self.llm.backend.client.batches.retrieve(job.batch_id)
             progress.batch(job.batch_id, batch.status, batch.request_counts)
             if batch.status in TERMINAL:
                 break
@@ -158,7 +160,7 @@ class BatchTransport:
                 bodies[req["custom_id"]] = req["body"]
         answered = 0
         if batch.output_file_id:
-            text = (await self.llm.client.files.content(batch.output_file_id)).text
+            text = (await self.llm.backend.client.files.content(batch.output_file_id)).text
             for line in text.splitlines():
                 if line.strip():
                     answered += self.store_line(json.loads(line), bodies, chunk)

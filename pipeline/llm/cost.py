@@ -13,8 +13,8 @@ finished release (e.g. for `prb audit`, or to compare providers) from that block
 
 from __future__ import annotations
 
-from pipeline.cache import ResponseCache
 from pipeline.config import CostConfig, RunConfig
+from pipeline.llm.cache import ResponseCache
 
 
 def stage_tokens(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> dict[str, dict]:

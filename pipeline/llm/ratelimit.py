@@ -196,7 +196,7 @@ class Limiter:
                 resets = [parse_duration(headers.get(f"x-ratelimit-reset-{d}"))
                           for d in ("requests", "tokens")]  # fmt: skip
                 wait = max((r for r in resets if r is not None), default=1.0)
-            if wait <= MAX_RETRY_AFTER_S:  # longer: that call fails instead (pipeline/llm.py)
+            if wait <= MAX_RETRY_AFTER_S:  # longer: that call fails instead (pipeline/llm/)
                 self._paused_until = max(self._paused_until, now + wait)
                 self.stats["paused"] += 1
         self.learning = False  # learnt once: limits or none (an endpoint without headers)

@@ -1,0 +1,315 @@
+"""The one way to call a model: prb's call path over one provider backend (pipeline/llm/backends:
+OpenAI-compatible endpoints, Anthropic's Messages API).
+
+Bounded concurrency, tenacity retries (429/5xx/timeouts/connection errors/unparseable output,
+honouring Retry-After up to a cap), structured output parsed into pydantic models, a
+content-addressed response cache, rate limits, and token usage counted per stage. A bad request
+(e.g. a prompt over the context length) drops its record with the server's message. Only a bad
+key, no access or an unknown model stop the run. The API key is handed to the backend's client
+and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from dataclasses import replace
+from typing import Protocol
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
+
+from pipeline import progress
+from pipeline.config import ModelConfig
+from pipeline.llm import ratelimit
+from pipeline.llm.backends import BACKENDS
+from pipeline.llm.cache import ResponseCache, cache_key
+from pipeline.llm.prompts import Prompt
+from pipeline.llm.ratelimit import Limiter
+from pipeline.llm.structured import cached_response_format, parse_output
+from pipeline.llm.types import (
+    CallResult,
+    CutOff,
+    EndpointError,
+    LLMError,
+    PermanentLLMError,
+    Request,
+    StageUsage,
+    Unparseable,
+)
+
+log = logging.getLogger("prb.llm")
+
+
+def retryable(exc: BaseException) -> bool:
+    """Retried: a transient endpoint failure (429, 5xx, timeouts, connections) or an answer
+    that is not what was asked for; never a bad key or a bad request."""
+    return isinstance(exc, Unparseable) or (
+        isinstance(exc, EndpointError) and exc.kind == "transient"
+    )
+
+
+def _retry_after(exc: BaseException | None) -> float | None:
+    headers = getattr(exc, "headers", None)
+    return ratelimit.retry_after(headers) if headers else None
+
+
+def charged(tokens: dict, params: dict) -> int | None:
+    """What a provider charged a request against its token limit: prompt + max_tokens."""
+    prompt = tokens.get("prompt_tokens")
+    if prompt is None:
+        return None
+    return prompt + int(params.get("max_tokens") or tokens.get("completion_tokens") or 0)
+
+
+class Transport(Protocol):
+    """Another way to get answers into the cache before the online path is tried: batch mode
+    (pipeline/llm/batch.py) queues requests into Batch API jobs. `fetch` returns True if this
+    run paid for the answer (submitted it), False if it only collected it; an answer it could
+    not get is simply not in the cache, and the call goes online with its retries."""
+
+    def bind(self, llm: LLM) -> None:
+        """The client whose API (files, batches) and cache the transport uses."""
+
+    async def fetch(self, llm: LLM, request: Request) -> bool: ...
+
+
+class LLM:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        cache: ResponseCache,
+        *,
+        concurrency: int | None = None,
+        transport: Transport | None = None,
+    ):
+        self.cfg = cfg
+        self.cache = cache
+        self.transport = transport
+        self.backend = BACKENDS.get(cfg.provider)(cfg, concurrency or cfg.concurrency)
+        self.semaphore = asyncio.Semaphore(concurrency or cfg.concurrency)
+        self.limiter = Limiter(cfg.requests_per_minute, cfg.tokens_per_minute,
+                               learn=cfg.rate_limits_from_headers)  # fmt: skip
+        self._inflight: dict[str, asyncio.Future[CallResult]] = {}  # cache key -> pending call
+        self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
+        progress.watch_usage(self.usage_dict)  # the live display reads the counters
+        self._backoff = wait_random_exponential(
+            multiplier=cfg.backoff_initial_s, max=cfg.backoff_max_s
+        )
+        if transport is not None:
+            transport.bind(self)
+
+    @property
+    def batched(self) -> bool:
+        """Calls go out in batch jobs: each round of dependent calls costs a job's turnaround,
+        so a stage should ask what it can at once."""
+        return self.transport is not None
+
+    def _wait(self, state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        hinted = _retry_after(exc)
+        return min(hinted, self.cfg.backoff_max_s) if hinted is not None else self._backoff(state)
+
+    def params(self, prompt: Prompt) -> dict:
+        """The request parameters of a prompt: its own (temperature, max_tokens) and, for a JSON
+        task, the structured-output form of `model.structured_output` (in the cache key)."""
+        fmt = cached_response_format(prompt.output, self.cfg.structured_output)
+        return {**prompt.params, "response_format": fmt} if fmt else prompt.params
+
+    def key_for(self, prompt: Prompt, model: str, messages: list[dict], seed: int) -> str:
+        return cache_key(
+            model=model,
+            messages=messages,
+            params=self.params(prompt),
+            seed=seed,
+            schema=prompt.output_schema(),
+        )
+
+    async def call(
+        self,
+        prompt: Prompt,
+        *,
+        stage: str,
+        model: str,
+        variables: dict,
+        seed: int | None = None,
+        max_tokens: int | None = None,
+    ) -> CallResult:
+        """One model call; `max_tokens` overrides the prompt file's (e.g. sized from a word
+        budget, so an answer over it is cut off and dropped, not kept half-written)."""
+        seed = self.cfg.seed if seed is None else seed
+        if max_tokens is not None:
+            prompt = prompt.with_params(max_tokens=max_tokens)
+        messages = prompt.render(**variables)
+        key = self.key_for(prompt, model, messages, seed)
+        usage = self.usage[stage]
+        hit = self.cache.get(key)
+        if hit is not None:
+            content, _ = hit
+            try:
+                usage.cache_hits += 1
+                return CallResult(parse_output(content, prompt.output), content, key, True)
+            except Unparseable:
+                self.cache.delete(key)  # a schema tightened since: ask again
+                usage.cache_hits -= 1
+
+        pending = self._inflight.get(key)
+        if pending is not None:  # the same request is already on its way: pay for it once
+            usage.cache_hits += 1
+            return replace(await asyncio.shield(pending), cached=True)
+        request = Request(prompt.task, stage, model, messages, seed, self.params(prompt), key)
+        pending = asyncio.ensure_future(self._answer(prompt, request))
+        self._inflight[key] = pending
+        pending.add_done_callback(self._settled(key))
+        return await asyncio.shield(pending)
+
+    def _settled(self, key: str):
+        def done(future: asyncio.Future) -> None:
+            self._inflight.pop(key, None)
+            # the callers may have been cancelled (a run stopping on its first error): the
+            # outcome is theirs, but asyncio must not log it as "never retrieved"
+            if not future.cancelled():
+                future.exception()
+
+        return done
+
+    async def _answer(self, prompt: Prompt, req: Request) -> CallResult:
+        """A cache miss: through the transport if there is one, else (or if it could not get
+        the answer) online."""
+        if self.transport is not None:
+            paid = await self.transport.fetch(self, req)
+            hit = self.cache.get(req.key)
+            if hit is not None:
+                try:
+                    value = parse_output(hit[0], prompt.output)
+                except Unparseable:
+                    self.cache.delete(req.key)  # a bad transported answer: ask online
+                else:
+                    if not paid:  # collected from a job an interrupted run had paid for
+                        self.usage[req.stage].cache_hits += 1
+                    return CallResult(value, hit[0], req.key, cached=not paid)
+        return await self._request(prompt, req)
+
+    async def _request(self, prompt: Prompt, req: Request) -> CallResult:
+        """Send one request with retries, parse it and cache the answer."""
+        stage, model, messages, seed, key = req.stage, req.model, req.messages, req.seed, req.key
+        usage = self.usage[stage]
+
+        limiter = self.limiter
+
+        def cost() -> int:  # counted only under a token limit: tiktoken costs ~0.3 ms a call
+            return ratelimit.request_tokens(messages, req.params)
+
+        async def attempt() -> CallResult:
+            async with self.semaphore:
+                estimate = await limiter.acquire(cost)
+                usage.calls += 1
+                try:
+                    reply = await self.backend.send(req)
+                except EndpointError as e:
+                    limiter.observe(e.headers, e.status)
+                    too_long(e)
+                    raise
+                except BaseException:
+                    limiter.observe(None)  # no answer: nothing learnt, but nobody waits on it
+                    raise
+                limiter.observe(reply.headers, reply.status)
+            content, finish_reason, tokens = reply.content, reply.finish_reason, reply.tokens
+            usage.add_tokens(tokens)
+            limiter.settle(estimate, charged(tokens, req.params))
+            if finish_reason == "content_filter":
+                # the provider refused: asking again gives the same refusal, so no retry
+                raise LLMError("content_filter", f"{prompt.task}: answer withheld by the filter")
+            if finish_reason == "length":
+                # cut off at max_tokens: a text answer would parse but be incomplete; never cache it
+                raise CutOff(
+                    f"{prompt.task}: answer cut off at max_tokens="
+                    f"{req.params.get('max_tokens', '?')} (finish_reason=length)"
+                )
+            value = parse_output(content, prompt.output)
+            self.cache.put(
+                key,
+                task=prompt.task,
+                model=model,
+                request={"messages": messages, "params": req.params, "seed": seed},
+                content=content,
+                usage=tokens,
+            )
+            return CallResult(value, content, key, False)
+
+        def too_long(e: EndpointError) -> None:
+            wait = _retry_after(e)
+            if wait is not None and wait > ratelimit.MAX_RETRY_AFTER_S:
+                said = (f"{self.cfg.base_url} asked to wait {wait:,.0f}s before retrying (HTTP "
+                        f"{e.status}), over the {ratelimit.MAX_RETRY_AFTER_S:g}s prb "
+                        "waits: the call failed; rerun later to resume")  # fmt: skip
+                progress.warn(said)
+                raise LLMError("endpoint_error", said) from None
+
+        def before_sleep(state: RetryCallState) -> None:
+            exc = state.outcome.exception()
+            usage.retries[getattr(exc, "cause", type(exc).__name__)] += 1
+            log.debug("retrying %s (%s): %s", prompt.task, type(exc).__name__, exc)
+
+        try:
+            async for try_ in AsyncRetrying(
+                retry=retry_if_exception(retryable),
+                stop=stop_after_attempt(self.cfg.max_retries + 1),
+                wait=self._wait,
+                before_sleep=before_sleep,
+                reraise=True,
+            ):
+                with try_:
+                    return await attempt()
+        except EndpointError as e:
+            usage.failures[e.cause if e.kind == "transient" else e.kind] += 1
+            if e.kind == "permanent":
+                raise PermanentLLMError(
+                    "permanent",
+                    f"the endpoint refused the run (not retried): {e.cause} from "
+                    f"{self.cfg.base_url} for model {model!r} (HTTP {e.status or '?'}: "
+                    f"{e.detail}); check the endpoint, model and key",
+                ) from None
+            if e.kind == "bad_request":
+                # this request only (too long a prompt, a value the server rejects): drop its
+                # record with the server's words; the next record may well be fine
+                raise LLMError("bad_request", f"HTTP {e.status}: {e.detail}") from None
+            raise LLMError("endpoint_error", e.detail) from None
+        except LLMError as e:
+            usage.failures[e.kind] += 1
+            raise
+        except Unparseable as e:
+            kind = "cut_off" if isinstance(e, CutOff) else "unparseable"
+            usage.failures[kind] += 1
+            raise LLMError(kind, str(e)) from None
+        raise AssertionError("unreachable")
+
+    async def aclose(self) -> None:
+        # requests still in flight (a run stopped part way) are cancelled, not left to fail
+        # against a closed client after the loop has moved on
+        for pending in list(self._inflight.values()):
+            pending.cancel()
+        await self.backend.aclose()
+
+    def usage_dict(self) -> dict[str, dict]:
+        return {stage: u.as_dict() for stage, u in sorted(self.usage.items())}
+
+
+@contextlib.asynccontextmanager
+async def session(cfg):
+    """An LLM on a run config's endpoint and its response cache (`llm.cache`), both closed
+    when the block ends: what every command that calls models outside a build opens."""
+    cache = ResponseCache(cfg.cache_path)
+    llm = LLM(cfg.model, cache)
+    try:
+        yield llm
+    finally:
+        await llm.aclose()
+        cache.close()
