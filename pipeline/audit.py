@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
-from statsmodels.stats.proportion import proportion_confint
 
 from pipeline import probes
 from pipeline.checks import CHECKS, FilterConfig
@@ -41,11 +40,11 @@ from pipeline.release.load import load_rows, user_key
 from pipeline.release.manifest import read_funnel
 from pipeline.reports import render
 from pipeline.stages import stage
+from pipeline.stats import LENGTH_BAND, wilson
 from pipeline.store import atomic_write, current_drops, latest
 
 CHECK = {c.name: c for c in CHECKS}
 
-LENGTH_BAND = (0.85, 1.15)  # median rejected/chosen word ratio outside this warns
 WORST_N = 10
 
 
@@ -129,7 +128,7 @@ def blind_accuracy(records: list[FilterRecord]) -> dict:
     k, n, ties = blind_trials(records)
     out = {"picked_chosen": k, "decisive": n, "ties": ties, "accuracy": None, "ci95": None}
     if n:
-        lo, hi = proportion_confint(k, n, alpha=0.05, method="wilson")
+        lo, hi = wilson(k, n)
         out.update(accuracy=round(k / n, 4), ci95=[round(lo, 4), round(hi, 4)])
     out["separated_pairs"] = sum(
         1 for f in records if (b := CHECK["blind"].read(f)) and b.picked != "none"

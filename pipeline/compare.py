@@ -20,6 +20,7 @@ from pathlib import Path
 from pipeline import probes
 from pipeline.release.load import load_rows, profile_text
 from pipeline.reports import render
+from pipeline.stats import word_count
 from pipeline.store import atomic_write
 
 
@@ -67,8 +68,8 @@ BLIND = {"chosen": 1.0, "none": 0.5, "rejected": 0.0}
 
 def figures(rows: list[dict]) -> dict:
     """One release's (or its shared pairs') figures."""
-    wc = [len(probes.words(r["chosen"])) for r in rows]
-    wr = [len(probes.words(r["rejected"])) for r in rows]
+    wc = [word_count(r["chosen"]) for r in rows]
+    wr = [word_count(r["rejected"]) for r in rows]
     checks = [r.get("pair_checks") or {} for r in rows]
     gaps = [g for g in map(_quality_gap, rows) if g is not None]
     blind = [BLIND[c["blind_picked"]] for c in checks if c.get("blind_picked") in BLIND]
@@ -172,7 +173,7 @@ def plot(report: dict, rows_a: list[dict], rows_b: list[dict], out: Path) -> dic
     names = (report["a"]["name"], report["b"]["name"])
     fig, ax = plt.subplots(figsize=(7, 3))
     for rows, name, color in ((rows_a, names[0], "#4c72b0"), (rows_b, names[1], "#dd8452")):
-        ratios = [len(probes.words(r["rejected"])) / max(1, len(probes.words(r["chosen"])))
+        ratios = [word_count(r["rejected"]) / max(1, word_count(r["chosen"]))
                   for r in rows]  # fmt: skip
         ax.hist(ratios, bins=25, alpha=0.55, label=name, color=color)
     ax.axvspan(*probes.LENGTH_BAND, color="#55a868", alpha=0.12, label="0.85-1.15")

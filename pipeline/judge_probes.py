@@ -18,15 +18,15 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
-from statsmodels.stats.proportion import proportion_confint
 
 from pipeline.contrast import User, contrasts
 from pipeline.eval.rewards import user_context
 from pipeline.llm.prompts import load_prompt
 from pipeline.llm.types import LLMError, PermanentLLMError
-from pipeline.probes import THRESHOLD, Probe, bootstrap
+from pipeline.probes import Probe
 from pipeline.records import POINTS, advantage
 from pipeline.release.load import user_key
+from pipeline.stats import THRESHOLD, bootstrap, wilson
 
 
 async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
@@ -93,6 +93,6 @@ def counterfactual(answers: list[dict]) -> Probe:
         return Probe("judge, counterfactual: survives the swap", None, None, None, 0, about,
                      kind="share")  # fmt: skip
     k, n = sum(survives), len(survives)
-    lo, hi = proportion_confint(k, n, method="wilson")
+    lo, hi = wilson(k, n)
     return Probe("judge, counterfactual: survives the swap", k / n, float(lo), float(hi), n,
                  about, leak=float(lo) > 0.5, kind="share")  # fmt: skip

@@ -20,7 +20,8 @@ CHECKOUT = Path(__file__).resolve().parent.parent
 
 
 def _is_checkout(root: Path) -> bool:
-    return (root / "pyproject.toml").is_file() and all((root / d).is_dir() for d in BUNDLED)
+    """A source tree (the package beside prompts/, configs/ and personas/), not site-packages."""
+    return all((root / d).is_dir() for d in ("prompts", "configs", "personas"))
 
 
 IN_CHECKOUT = _is_checkout(CHECKOUT)

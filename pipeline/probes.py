@@ -32,15 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from pipeline.release.load import profile_text, user_key
+from pipeline.stats import LENGTH_BAND, MIN_VERDICT_PAIRS, THRESHOLD, bootstrap, wilson, words
 from pipeline.text import content_words  # the overlap baseline's words, exactly
 
-THRESHOLD = 0.55  # lower end of a probe's 95% interval above this: a leak
-LENGTH_BAND = (0.85, 1.15)  # the median rejected/chosen word ratio outside this: a leak
-N_RESAMPLES = 1000
-# no verdict (pass or leaky) from fewer pairs: a 95% interval is then about +-0.1 or wider
-MIN_VERDICT_PAIRS = 100
-
-_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 _LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M)
 _HEADING = re.compile(r"^\s*(?:#{1,6}\s+\S|[A-Z][^.!?\n]{0,60}:\s*$)", re.M)
 _YOU = re.compile(r"\b(?:you|your|yours|yourself|you're|you'll)\b", re.I)
@@ -50,10 +44,6 @@ _HEDGE = re.compile(
     re.I,
 )
 _SENTENCE = re.compile(r"[.!?]+(?:\s|$)")
-
-
-def words(text: str) -> list[str]:
-    return _WORD.findall(text)
 
 
 def _syllables(word: str) -> int:
@@ -103,14 +93,6 @@ class Probe:
         return {"name": self.name, "value": r(self.value), "low": r(self.low),
                 "high": r(self.high), "n": self.n, "about": self.about, "leak": self.leak,
                 "kind": self.kind}  # fmt: skip
-
-
-def bootstrap(scores: list[float], seed: int = 0, stat=np.mean) -> tuple[float, float]:
-    arr = np.asarray(scores, dtype=float)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(arr), size=(N_RESAMPLES, len(arr)))
-    vals = np.apply_along_axis(stat, 1, arr[idx])
-    return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
 
 
 def _rule(name: str, about: str, scores: list[float], seed: int) -> Probe:
@@ -197,7 +179,6 @@ def classifier_probe(rows: list[dict], seed: int = 0, folds: int = 5) -> Probe:
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupKFold
-    from statsmodels.stats.proportion import proportion_confint
 
     about = ("logistic regression on surface cues and word/char n-grams of the two answers, "
              "never the user; folds grouped by user")  # fmt: skip
@@ -238,7 +219,7 @@ def classifier_probe(rows: list[dict], seed: int = 0, folds: int = 5) -> Probe:
         model = LogisticRegression(max_iter=2000, C=1.0).fit(features(train), train_y)
         right += int((model.predict(features(test)) == y[test]).sum())
     n = len(rows)
-    lo, hi = proportion_confint(right, n, method="wilson")
+    lo, hi = wilson(right, n)
     return Probe("answer-only classifier", right / n, float(lo), float(hi), n, about,
                  leak=float(lo) > THRESHOLD)  # fmt: skip
 

@@ -18,11 +18,12 @@ from typer.testing import CliRunner
 from pipeline.cli import app
 from pipeline.config import ModelConfig
 from pipeline.eval.bon import CandidatesError, correlation, load_candidates
-from pipeline.eval.evaluate import ReleaseError, bootstrap_ci, evaluate, load_release
+from pipeline.eval.evaluate import ReleaseError, evaluate, load_release
 from pipeline.eval.models import parse_spec
 from pipeline.eval.rewards import SpecError
 from pipeline.llm import LLM
 from pipeline.llm.cache import ResponseCache
+from pipeline.stats import bootstrap
 
 CATS = ("Art_and_Entertainment", "Society_and_Culture")
 POINTS = "Start with one small project. Practise a little every week. Ask a teacher for feedback."
@@ -84,18 +85,18 @@ def test_longer_wins_accuracy_ties_and_length_bias(tmp_path):
     assert by_id["p029"]["won"] is False
 
 
-def test_bootstrap_ci_matches_an_independent_bootstrap():
+def test_the_one_bootstrap_matches_an_independent_bootstrap():
     won = np.array([1.0] * 130 + [0.0] * 70)  # accuracy 0.65, n = 200
-    lo, hi = bootstrap_ci(won, n_resamples=4000, seed=3)
+    lo, hi = bootstrap(won, seed=3, n_resamples=4000)
     rng = np.random.default_rng(11)
     means = won[rng.integers(0, len(won), size=(4000, len(won)))].mean(axis=1)
     ref_lo, ref_hi = np.percentile(means, [2.5, 97.5])
     assert lo == pytest.approx(ref_lo, abs=0.015) and hi == pytest.approx(ref_hi, abs=0.015)
     half = 1.96 * math.sqrt(0.65 * 0.35 / 200)  # the normal approximation agrees too
     assert lo == pytest.approx(0.65 - half, abs=0.02) and hi == pytest.approx(0.65 + half, abs=0.02)
-    assert bootstrap_ci([1, 1, 1], seed=0) == (1.0, 1.0)
-    assert all(math.isnan(x) for x in bootstrap_ci([1], seed=0))
-    assert bootstrap_ci(won, 1000, seed=5) == bootstrap_ci(won, 1000, seed=5)
+    assert bootstrap([1, 1, 1], seed=0) == (1.0, 1.0)
+    assert all(math.isnan(x) for x in bootstrap([1], seed=0))
+    assert bootstrap(won, seed=5) == bootstrap(won, seed=5)
 
 
 def test_random_and_overlap_baselines(tmp_path):

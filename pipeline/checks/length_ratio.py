@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from pipeline.checks.base import Check
 from pipeline.records import Record
+from pipeline.stats import word_count
 
 
 class Settings(Record):
@@ -29,8 +30,7 @@ class Result(Record):
     ratio: float
 
 
-def words(text: str) -> int:
-    return len(text.split())
+words = word_count  # the length probe's and the length reward model's count
 
 
 CHECK = Check(

@@ -14,7 +14,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
 
 from pipeline import csvfile, progress
 from pipeline.eval.report import bar_plot, leaderboard, slug, to_markdown
@@ -23,16 +22,13 @@ from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.records import POINTS, PairScore, advantage
 from pipeline.release.load import ReleaseError, load_rows  # noqa: F401  (re-exported)
 from pipeline.reports import md
+from pipeline.stats import bootstrap, word_count
 
 
 def load_release(path: str | Path) -> list[dict]:
     """The rows of any release in the public schema (pipeline/release/load.py): prb's, the
     official hub layout (every config when there is no default), a flat file, or hf:NAME."""
     return load_rows(path)[0]
-
-
-def words(text: str) -> int:
-    return len(text.split())
 
 
 async def score_pairs(rm: RewardModel, rows: list[dict]) -> list[PairScore]:
@@ -56,8 +52,8 @@ async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairSco
             score_chosen=sc,
             score_rejected=sr,
             won=sc is not None and sr is not None and sc > sr,
-            words_chosen=words(row["chosen"]),
-            words_rejected=words(row["rejected"]),
+            words_chosen=word_count(row["chosen"]),
+            words_rejected=word_count(row["rejected"]),
             error=error,
         )
 
@@ -95,27 +91,9 @@ async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairSco
     return list(await asyncio.gather(*(one(row) for row in rows)))
 
 
-def bootstrap_ci(values, n_resamples: int = 1000, seed: int = 0) -> tuple[float, float]:
-    """Percentile-bootstrap 95% CI of the mean; NaN when fewer than two values."""
-    values = np.asarray(values, dtype=float)
-    if len(values) < 2:
-        return math.nan, math.nan
-    if np.all(values == values[0]):  # every resample has the same mean
-        return float(values[0]), float(values[0])
-    ci = stats.bootstrap(
-        (values,),
-        np.mean,
-        n_resamples=n_resamples,
-        confidence_level=0.95,
-        method="percentile",
-        rng=np.random.default_rng(seed),
-    ).confidence_interval
-    return float(ci.low), float(ci.high)
-
-
 def accuracy(scores: list[PairScore], n_resamples: int = 1000, seed: int = 0) -> dict:
     won = [s.won for s in scores]
-    lo, hi = bootstrap_ci(won, n_resamples, seed)
+    lo, hi = bootstrap(won, seed, n_resamples=n_resamples)
     return {
         "n": len(won),
         "accuracy": float(np.mean(won)) if won else math.nan,
@@ -245,7 +223,7 @@ def write_results(
             json.dumps(r, indent=2, sort_keys=True) + "\n", encoding="utf-8"
         )
     df = leaderboard(results)
-    longer = np.mean([words(r["chosen"]) > words(r["rejected"]) for r in rows])
+    longer = np.mean([word_count(r["chosen"]) > word_count(r["rejected"]) for r in rows])
     notes = [
         f"{len(rows)} pairs. A pair is won only if chosen scores strictly above rejected "
         "(ties lose). CI: 95% percentile bootstrap.",

@@ -21,6 +21,7 @@ from pipeline.errors import PrbError
 from pipeline.llm.client import LLM
 from pipeline.llm.prompts import load_prompt
 from pipeline.records import stable_id
+from pipeline.stats import word_count
 from pipeline.text import content_words
 
 CONTEXT_MODES = ("profile", "aspects", "narrative", "none")
@@ -154,7 +155,7 @@ class LengthRM(RewardModel):
     batched = True
 
     async def score_many(self, queries):
-        return [float(len(q.response.split())) for q in queries]
+        return [float(word_count(q.response)) for q in queries]
 
 
 @dataclass

@@ -30,6 +30,7 @@ from pipeline.release.card import render_card
 from pipeline.release.schema import FEATURES, data_path, file_checksums, jsonl_path, to_row
 from pipeline.sim import FINGERPRINT as SIMULATOR
 from pipeline.stages.base import RunContext, Stage, prompt_tasks, roles
+from pipeline.stats import word_count
 from pipeline.store import Records, current_drops
 
 ROWS_PER_BATCH = 1000  # rows per Arrow batch and Parquet row group: bounds the writer's memory
@@ -101,7 +102,7 @@ class ReleaseStats:
     def add(self, row: dict) -> dict:
         self.n += 1
         for col in self.words:
-            self.words[col] += len(row[col].split())
+            self.words[col] += word_count(row[col])
         self.strategies[row["rejected_strategy"]] += 1
         self.blind[row["pair_checks"]["blind_picked"]] += 1
         self.verdicts[row["annotation"]["verdict"]] += 1
