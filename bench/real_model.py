@@ -139,7 +139,7 @@ def main() -> None:
                 print(f"  {name:16} parsed {r['ok']}/{r['n']}  failures {r['kinds'] or '-'}{extra}")
         if args.build:
             sys.argv = ["prb"]  # the build prints its own funnel
-            from pipeline.cli import run_build
+            from pipeline.cli.build import run_build
 
             overrides = {**local.overrides(base, alias, digest), "outputs_dir": tmp,
                          "run_id": "bench"}  # fmt: skip

@@ -53,7 +53,7 @@ def synthesise(per_category: int, folder: Path) -> Path:
 def no_model_stages(library: str, per_category: int, out: str) -> None:
     """Child process: the personas and questions stages as the flow runs them."""
     from pipeline.config import load_config
-    from pipeline.flows import personas_task, questions_task
+    from pipeline.run.flow import personas_task, questions_task
 
     cfg = load_config(
         None, outputs_dir=out, personas={"library": [library], "per_category": per_category}

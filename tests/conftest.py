@@ -72,7 +72,7 @@ def write_config(tmp_path: Path, base_url: str, **changes) -> Path:
 
 
 def build(config: Path, **overrides) -> dict:
-    from pipeline.flows import build as build_flow
+    from pipeline.run.flow import build as build_flow
 
     return asyncio.run(build_flow(str(config), overrides))
 

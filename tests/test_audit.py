@@ -10,7 +10,7 @@ from conftest import build, write_config
 from statsmodels.stats.proportion import proportion_confint
 from typer.testing import CliRunner
 
-from pipeline.audit import write_report
+from pipeline.audit.report import write_report
 from pipeline.cli import app
 from pipeline.errors import NothingReleased
 

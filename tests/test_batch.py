@@ -19,7 +19,7 @@ from pipeline.sim.batches import answer_line
 
 
 def build_batch(config: Path) -> dict:
-    from pipeline.flows import build as build_flow
+    from pipeline.run.flow import build as build_flow
 
     return asyncio.run(build_flow(str(config), {}, mode="batch"))
 

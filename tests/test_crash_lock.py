@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.errors import NothingReleased
-from pipeline.rundir import FingerprintError, RunLock, RunLockedError
+from pipeline.run.rundir import FingerprintError, RunLock, RunLockedError
 
 HOLD = textwrap.dedent(
     """
     import sys, time
-    from pipeline.rundir import RunLock
+    from pipeline.run.rundir import RunLock
     RunLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     time.sleep(120)

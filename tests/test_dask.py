@@ -14,8 +14,8 @@ def release_bytes(result: dict) -> dict[str, bytes]:
 
 
 def test_dask_runner_gives_the_default_release(tmp_path, sim_url):
-    from pipeline.flows import build as build_flow
-    from pipeline.shards import run_on_dask
+    from pipeline.run.flow import build as build_flow
+    from pipeline.run.shards import run_on_dask
 
     small = {"personas": {"per_category": 2}}
     default = build(write_config(tmp_path / "default", sim_url, **small))

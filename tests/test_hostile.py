@@ -23,10 +23,10 @@ from conftest import REPO, build, write_config
 from test_crash import PRB, kill_group, prefect_env, tree_hashes
 
 from pipeline.config import ConfigError
-from pipeline.flows import build as build_flow
 from pipeline.personas.files import PersonaFileError
 from pipeline.release.publish import PushRefused, push
-from pipeline.rundir import FingerprintError, move_aside
+from pipeline.run.flow import build as build_flow
+from pipeline.run.rundir import FingerprintError, move_aside
 from pipeline.sim.server import free_port
 
 SMALL = {"per_category": 2}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from public_releases import controlled, leaky, write_hub_layout
 
-from pipeline import probes
+from pipeline.audit import probes
 from pipeline.release.load import ReleaseError, load_rows
 
 

@@ -325,7 +325,7 @@ def test_compare_of_releases_without_shared_pairs_says_so(tmp_path):
     others = [{**r, "question": f"Another question, number {k}?"}
               for k, r in enumerate(leaky()[:10])]  # fmt: skip
     b.write_text("\n".join(json.dumps(r) for r in others))
-    from pipeline.compare import compare
+    from pipeline.audit.compare import compare
 
     report = compare(str(a), str(b), tmp_path / "out")
     assert report["shared"] == 0 and report["a"]["shared"]["pairs"] == 0
@@ -384,7 +384,7 @@ def test_imported_aspects_and_the_agreement_figure():
 def test_compare_matches_the_same_users_never_the_same_question_from_another_user(tmp_path):
     from public_releases import controlled
 
-    from pipeline.compare import match
+    from pipeline.audit.compare import match
 
     rows = controlled()[:6]
     same = [dict(r) for r in rows]

@@ -410,7 +410,7 @@ def test_a_fourth_category_builds_releases_and_shows_everywhere(tmp_path, sim_ur
     assert (release / "Science_and_Technology" / "test-00000-of-00001.parquet").exists()
     card = (release / "README.md").read_text()
     assert "config_name: Science_and_Technology" in card and "`Science_and_Technology`" in card
-    from pipeline.audit import write_report
+    from pipeline.audit.report import write_report
     from pipeline.release.publish import verify
 
     assert verify(release) == []

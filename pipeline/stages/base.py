@@ -46,7 +46,7 @@ class RunContext:
         stages: tuple = (),
     ):
         self.cfg, self.run_dir, self.llm, self.cache = cfg, Path(run_dir), llm, cache
-        self.shards = shards  # > 0: model stages run as that many shard tasks (pipeline/shards.py)
+        self.shards = shards  # > 0: model stages run as that many shard tasks (run/shards.py)
         self.stages = stages  # the registry the flow runs (a stage reads it here, never imports it)
         self.funnel: dict[str, int] = {}  # funnel row -> records
         self.lost: dict[str, Counter] = {}  # funnel row -> why records were lost

@@ -14,7 +14,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from pipeline.audit import AuditError, resolve_run
+from pipeline.audit.report import AuditError, resolve_run
 from pipeline.llm.cache import ResponseCache
 from pipeline.llm.prompts import PromptError, load_prompt
 from pipeline.llm.structured import parse_output

@@ -19,11 +19,11 @@ import asyncio
 
 import numpy as np
 
+from pipeline.audit.probes import Probe
 from pipeline.contrast import User, contrasts
 from pipeline.eval.rewards import user_context
 from pipeline.llm.prompts import load_prompt
 from pipeline.llm.types import LLMError, PermanentLLMError
-from pipeline.probes import Probe
 from pipeline.records import POINTS, advantage
 from pipeline.release.load import user_key
 from pipeline.stats import THRESHOLD, bootstrap, wilson

@@ -125,7 +125,7 @@ def dask_task_runner(address: str | None = None, workers: int = 2):
 
 def run_on_dask(flow, config_path, overrides, *, address=None, workers=2, shards=8) -> dict:
     """Run the build flow with a DaskTaskRunner, model stages split into `shards` tasks."""
-    from pipeline.prefect_env import api_server
+    from pipeline.run.prefect_env import api_server
 
     # one Prefect API for the flow and every Dask worker (else each starts its own server)
     with api_server():

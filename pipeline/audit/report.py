@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from pipeline import probes
+from pipeline.audit import probes
 from pipeline.checks import CHECKS, FilterConfig
 from pipeline.checks.blind import trials
 from pipeline.errors import PrbError
@@ -399,10 +399,10 @@ def compute(data: RunData, worst_n: int = WORST_N) -> dict:
 
 
 def judge_probes(rows: list[dict], judge) -> list:
-    """The judge probes (pipeline/judge_probes.py) with `judge` = (run config, model id)."""
+    """The judge probes (pipeline/audit/judge_probes.py) with `judge` = (run config, model id)."""
     import asyncio
 
-    from pipeline.judge_probes import run
+    from pipeline.audit.judge_probes import run
     from pipeline.llm.client import session
 
     cfg, model = judge

@@ -20,7 +20,7 @@ from pipeline.errors import PrbError, StorageError
 from pipeline.llm.cache import ResponseCache
 from pipeline.llm.client import LLM
 from pipeline.release.manifest import write_funnel
-from pipeline.rundir import open_run
+from pipeline.run.rundir import open_run
 from pipeline.stages import STAGES, RunContext, Stage
 from pipeline.store import atomic_write
 
@@ -51,7 +51,7 @@ async def build(
     """Run every stage for one run id; a rerun resumes and repeats no finished work.
 
     mode "batch" sends model calls through the Batch API (pipeline/llm/batch.py); shards > 0 runs
-    each model stage as that many shard tasks on the flow's task runner (pipeline/shards.py).
+    each model stage as that many shard tasks on the flow's task runner (pipeline/run/shards.py).
     force_new_run moves an existing run directory aside (`<run>.old-N`) and starts afresh.
     """
     if mode not in ("online", "batch") or (mode == "batch" and shards):
@@ -83,7 +83,7 @@ async def build(
             if shards and stage.role:
                 # shard tasks make the calls first, and the stage task finds them done; they are
                 # submitted from the flow, not from inside a task (Dask could not ship them)
-                from pipeline.shards import run_sharded
+                from pipeline.run.shards import run_sharded
 
                 await run_sharded(stage, ctx, previous)
             previous = ctx.outputs[stage.name] = await stage_task(stage)(ctx, previous)

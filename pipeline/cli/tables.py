@@ -1,0 +1,61 @@
+"""Tables and lines the commands print: the funnel, leaderboards, correlations, warnings."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from pipeline.cli.common import console, errors
+
+
+def print_funnel(rows: list[dict]) -> None:
+    table = Table(title="funnel")
+    table.add_column("stage")
+    table.add_column("count", justify="right")
+    table.add_column("why records were lost")
+    for row in rows:
+        lost = ", ".join(f"{k} {v}" for k, v in row.get("reasons", {}).items())
+        table.add_row(row["stage"], str(row["count"]), lost)
+    console.print(table)
+
+
+def warn_release(warnings: list[str]) -> None:
+    """What the release itself is missing (duplicates, empty or identical answers)."""
+    for w in warnings:
+        errors.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False, soft_wrap=True)
+
+
+def print_correlation(downstream: str, c: dict) -> None:
+    show = lambda x: "n/a" if x != x else f"{x:.3f}"  # noqa: E731  (NaN: nothing to rank by)
+    console.print(
+        f"accuracy vs {downstream} over {c['models']} models: Spearman {show(c['spearman'])}, "
+        f"Kendall {show(c['kendall'])}, NDCG {show(c['ndcg'])}",
+        soft_wrap=True,
+    )
+
+
+HEADERS = {"longer_preferred": "longer", "chosen_as_a": "as A", "chosen_as_b": "as B",
+           "needs_user": "user adds"}  # fmt: skip
+
+
+def print_frame(df, title: str) -> None:
+    """A leaderboard frame as a table; per-category columns by their initials (A&E, ...)."""
+    table = Table(title=title)
+    cols = [c for c in df.columns if c != "context"]  # the model name ends in its context
+    for col in cols:
+        short = "&".join(w[0] for w in col[4:].split("_and_")) if col.startswith("acc_") else col
+        if col == "model":  # wrapped, never cut: a judge and its blind row differ at the end
+            table.add_column("model", justify="left", overflow="fold", min_width=24)
+        else:
+            short = HEADERS.get(col, short.replace("_", " "))
+            table.add_column(short, justify="right")
+
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return "–" if v != v else f"{v:.3f}"  # NaN: not applicable
+        return str(v)
+
+    for row in df[cols].itertuples(index=False):
+        table.add_row(*(cell(v) for v in row))
+    (console if console.is_terminal else Console(width=160)).print(table)

@@ -1,0 +1,79 @@
+"""Running the build flow for a command: prb's own Prefect server, the progress display on
+`display`, SIGTERM turned into an exception every `finally` sees. Interrupted (Ctrl-C,
+SIGTERM), it raises Stopped, saying how to resume (exit 130 or 143)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+from rich.console import Console
+
+from pipeline.errors import PrbError
+
+
+class Stopped(PrbError):
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def exit_on_sigterm() -> None:
+    from pipeline.errors import Terminated
+
+    def terminate(*_) -> None:
+        raise Terminated  # unwinds every `finally` (the lock, the Prefect server)
+
+    signal.signal(signal.SIGTERM, terminate)
+    # and Ctrl-C / kill -INT, even when started from a script that ignores SIGINT (`cmd &`)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def run_build(
+    config: Path | None,
+    overrides: dict,
+    display: Console,
+    mode: str = "online",
+    runner: str = "default",
+    address: str | None = None,
+    shards: int = 8,
+    force_new_run: bool = False,
+) -> dict:
+    """The build flow with prb's own Prefect server, console and progress display. Interrupted
+    (Ctrl-C, SIGTERM), it says how to resume and exits 130 or 143 (no traceback)."""
+    from pipeline import progress
+    from pipeline.config import load_config
+    from pipeline.llm import cost
+    from pipeline.run import prefect_env
+
+    path = str(config) if config else None
+    cfg = load_config(path, **overrides)  # a bad config fails here, before Prefect starts
+    if mode == "batch":
+        from pipeline.llm.backends import BACKENDS
+
+        if not BACKENDS.get(cfg.model.provider).batch:
+            raise PrbError(f"--mode batch: model.provider {cfg.model.provider} has no batch "
+                           "mode in prb; use --mode online")
+    resume = f"rerun `prb build{f' --config {config}' if config else ''} --run-id {cfg.run_id}`"
+    exit_on_sigterm()
+    from prefect.exceptions import TerminationSignal
+
+    from pipeline.errors import Terminated
+    from pipeline.run.flow import build
+    from pipeline.stages import STAGES
+    from pipeline.stages.base import roles
+
+    try:
+        price = cost.pricer(cfg, roles(STAGES))
+        with prefect_env.api_server(), progress.showing(display, price=price):
+            prefect_env.quiet_console()
+            if runner == "dask":
+                from pipeline.run.shards import run_on_dask
+
+                return run_on_dask(build, path, overrides, address=address, shards=shards)
+            return asyncio.run(build(path, overrides, mode=mode, force_new_run=force_new_run))
+    except KeyboardInterrupt:
+        raise Stopped(f"interrupted; nothing finished is lost: {resume} to resume", 130) from None
+    except (Terminated, TerminationSignal):
+        raise Stopped(f"terminated; nothing finished is lost: {resume} to resume", 143) from None
