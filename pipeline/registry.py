@@ -21,6 +21,7 @@ class Registry:
         self.kind = kind
         self.group = f"prb.{kind}"
         self._builtin = dict(builtin)
+        self._loaded: dict[str, object] = {}  # plugins, once imported
 
     @functools.cached_property
     def _plugins(self) -> dict[str, object]:
@@ -41,10 +42,9 @@ class Registry:
                 module, _, attr = entry.partition(":")
                 entry = self._builtin[name] = getattr(import_module(module), attr)
             return entry
-        entry = self._plugins[name]
-        loaded = entry.load() if hasattr(entry, "load") else entry
-        self._plugins[name] = loaded
-        return loaded
+        if name not in self._loaded:
+            self._loaded[name] = self._plugins[name].load()  # an EntryPoint
+        return self._loaded[name]
 
     def __iter__(self) -> Iterator[object]:
         return (self.get(n) for n in self.names())

@@ -12,6 +12,7 @@ import ast
 import csv
 import json
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -119,7 +120,7 @@ def test_every_derived_view_agrees_with_the_registries():
     assert [c.cost for c in sorted(CHECKS, key=lambda c: c.cost)][0] == 0
 
 
-# --- five change scenarios, on a copy of the tree ----------------------------------------------
+# --- seven change scenarios, on a copy of the tree ----------------------------------------------
 
 STAGE_MODULE = '''"""Added by a test: passes on every task with a question, in a funnel row."""
 
@@ -190,6 +191,41 @@ CHECK_PROMPT = {
     "user": "<question>{{ question }}</question>\n<answer_a>{{ answer_a }}</answer_a>\n"
     "<answer_b>{{ answer_b }}</answer_b>",
 }
+BACKEND_MODULE = '''"""Added by a test: an OpenAI-compatible provider that wants its key in an
+`api-key` header (as Azure does) and tags what it answered."""
+
+import openai
+
+from pipeline.llm.backends.openai import OpenAIBackend
+
+
+class KeyHeaderBackend(OpenAIBackend):
+    name = "keyheader"
+    batch = False
+
+    def __init__(self, cfg, concurrency):
+        super().__init__(cfg, concurrency)
+        self.client = openai.AsyncOpenAI(base_url=cfg.base_url, api_key="unused", max_retries=0,
+                                         timeout=cfg.timeout_s, default_headers={
+                                             "api-key": cfg.api_key.get_secret_value()})
+
+    async def send(self, req):
+        reply = await super().send(req)
+        reply.tokens = {**reply.tokens, "via": "keyheader"}
+        return reply
+'''
+PROBE_MODULE = '''"""Added by a test: the answer asking more questions wins."""
+
+from pipeline.audit.probes.base import ProbeSpec, more_wins, rule
+
+
+def questions(rows, seed=0):
+    scores = [more_wins(r["chosen"].count("?"), r["rejected"].count("?")) for r in rows]
+    return [rule("cue: question marks", "the answer asking more questions wins", scores, seed)]
+
+
+PROBE = ProbeSpec("questions", "leakage", 25, questions, "more question marks win")
+'''
 SOURCE_CLASS = '''
 
 class CsvSource(FileSource):
@@ -247,7 +283,7 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def test_five_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
+def test_seven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
     tree = tmp_path / "prb"
     for part in ("pipeline", "prompts", "personas", "configs", "annotation"):
         shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
@@ -294,9 +330,10 @@ def test_five_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url)
         "source",
         "pipeline/personas/sources.py",
         edit=(
-            "\n\nSOURCES = (LibrarySource(), HubSource(), FileSource())",
-            SOURCE_CLASS
-            + "\n\nSOURCES = (LibrarySource(), HubSource(), CsvSource(), FileSource())",
+            '\n\nSOURCES = Registry("persona_sources", {"library": LibrarySource(), '
+            '"hub": HubSource()})',
+            SOURCE_CLASS + '\n\nSOURCES = Registry("persona_sources", {"library": LibrarySource(), '
+            '"hub": HubSource(), "csv": CsvSource()})',
         ),
     )
     # a reward model: its adapter and its line in the kinds table
@@ -305,13 +342,28 @@ def test_five_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url)
         "reward model",
         "pipeline/eval/models.py",
         edit=(
-            "\n)  # fmt: skip",
+            "\n)})  # fmt: skip",
             '\n    Kind("shortest", "shorter answer wins", "pipeline.eval.shortest:ShortestRM"),'
-            "\n)  # fmt: skip",
+            "\n)})  # fmt: skip",
         ),
     )
+    # a backend: its module and its line in the backends' registry
+    write("backend", "pipeline/llm/backends/keyheader.py", BACKEND_MODULE)
+    write(
+        "backend",
+        "pipeline/llm/backends/__init__.py",
+        edit=(
+            '    "anthropic": "pipeline.llm.backends.anthropic:AnthropicBackend",\n',
+            '    "anthropic": "pipeline.llm.backends.anthropic:AnthropicBackend",\n'
+            '    "keyheader": "pipeline.llm.backends.keyheader:KeyHeaderBackend",\n',
+        ),
+    )
+    # a probe: one module, found by the probes' package
+    write("probe", "pipeline/audit/probes/questions.py", PROBE_MODULE)
+    limits = {"backend": 2, "probe": 1}
     for scenario, files in touched.items():  # plus this test: at most three files each
         assert len(files) + 1 <= 3, (scenario, files)
+        assert len(files) <= limits.get(scenario, 3), (scenario, files)
 
     users = tmp_path / "users.csv"
     with users.open("w", newline="") as f:
@@ -325,7 +377,7 @@ def test_five_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url)
         tmp_path, sim_url, run_id="changed",
         personas={"source": f"csv:{users}", "per_category": 2},
         generation={"word_budget": 100, "strategies": ["wrong_depth"]},
-        filters={"drop_politeness_gap": False},
+        filters={"drop_politeness_gap": False}, model={"provider": "keyheader"},
     )  # fmt: skip
     data = yaml.safe_load(config.read_text())
     data["personas"].pop("categories", None)  # from the data: Arts, Civic, Home
@@ -373,6 +425,14 @@ def test_five_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url)
     assert "shortest/profile" in board and "length/profile" in board
     shown = " ".join(prb("eval", "--help").stdout.replace("│", " ").split())  # unwrap rich's box
     assert "shortest: shorter answer wins" in shown
+    # the backend: every call of the build went through it
+    assert manifest["config"]["model"]["provider"] == "keyheader"
+    cache = sqlite3.connect(tmp_path / "outputs" / "cache.sqlite")
+    vias = {json.loads(u).get("via") for (u,) in cache.execute("SELECT usage FROM responses")}
+    assert vias == {"keyheader"}
+    # the probe: in the audit of the release, with its interval
+    probes = json.loads((run_dir / "audit" / "audit.json").read_text())["probes"]["probes"]
+    assert "cue: question marks" in {p["name"] for p in probes}
 
 
 # --- categories come from the data ------------------------------------------------------------

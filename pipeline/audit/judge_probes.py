@@ -19,7 +19,7 @@ import asyncio
 
 import numpy as np
 
-from pipeline.audit.probes import Probe
+from pipeline.audit.probes.base import Probe
 from pipeline.contrast import User, contrasts
 from pipeline.eval.rewards import user_context
 from pipeline.llm.prompts import load_prompt
@@ -60,7 +60,10 @@ async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
             [(w, o) for w in contexts for o in ("ab", "ba")], verdicts, strict=True)}  # fmt: skip
 
     answers = await asyncio.gather(*(one(r) for r in rows))
-    return [*blind(answers, seed), counterfactual(answers)]
+    found = [*blind(answers, seed), counterfactual(answers)]
+    for p in found:
+        p.family = "judge"
+    return found
 
 
 def blind(answers: list[dict], seed: int = 0) -> list[Probe]:

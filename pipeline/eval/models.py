@@ -5,13 +5,16 @@ adapter, which parses its own options. Heavy adapters (torch) are imported only 
                                 hf:./my-rm,device=cuda,batch_size=16, random:seed=3
 
 To add a reward model: an adapter class (a `RewardModel`; if it takes options, its own
-`from_spec`), its line in KINDS, and a test.
+`from_spec`), its line in REWARD_MODELS, and a test; or, from another package, a `Kind` named by
+an entry point of the group `prb.reward_models` (no prb file changed).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module
+
+from pipeline.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,7 @@ class Kind:
         return getattr(import_module(module), cls)
 
 
-KINDS: tuple[Kind, ...] = (
+REWARD_MODELS = Registry("reward_models", {k.name: k for k in (
     Kind("random", "seeded random score (option seed=N)", "pipeline.eval.rewards:RandomRM"),
     Kind("length", "longer answer wins", "pipeline.eval.rewards:LengthRM"),
     Kind("overlap", "lexical overlap between the user context and the answer",
@@ -37,11 +40,11 @@ KINDS: tuple[Kind, ...] = (
          "pipeline.eval.rewards:PairwiseJudgeRM"),
     Kind("hf", "Hugging Face sequence classifier: hf:PATH_OR_ID (options device, batch_size; "
          "the `hf` extra)", "pipeline.eval.hf:HFRewardModel", extra="hf"),
-)  # fmt: skip
+)})  # fmt: skip
 
 
 def help_text() -> str:
-    return "; ".join(f"{k.name}: {k.help}" for k in KINDS)
+    return "; ".join(f"{k.name}: {k.help}" for k in REWARD_MODELS)
 
 
 def parse_spec(spec: str, *, llm, judge_model: str, context: str):
@@ -49,9 +52,9 @@ def parse_spec(spec: str, *, llm, judge_model: str, context: str):
     kind, _, rest = spec.partition(":")
     from pipeline.eval.rewards import CONTEXT_MODES, SpecEnv, SpecError
 
-    found = next((k for k in KINDS if k.name == kind), None)
+    found = REWARD_MODELS.get(kind) if kind in REWARD_MODELS else None
     if found is None:
-        known = ", ".join(k.name for k in KINDS)
+        known = ", ".join(REWARD_MODELS.names())
         raise SpecError(f"--rm {spec!r}: unknown kind {kind!r}; known: {known}")
     options: dict[str, str] = {}
     positional = []

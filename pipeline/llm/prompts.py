@@ -20,8 +20,10 @@ from pydantic import BaseModel
 from pipeline import records
 from pipeline.errors import PrbError
 from pipeline.paths import DATA
+from pipeline.registry import Registry
 
 PROMPTS_DIR = DATA / "prompts"
+STRATEGIES = Registry("strategies", {})  # plugins only: the built-in ones are in the files
 
 
 def _inert(value: object) -> object:
@@ -116,7 +118,15 @@ def load_prompt(task: str, prompts_dir: Path = PROMPTS_DIR) -> Prompt:
         params=dict(data.get("params") or {}),
         extra={k: v for k, v in data.items() if k not in PROMPT_KEYS},
     )
-    digest = hashlib.sha256(raw + prompt.output_schema().encode()).hexdigest()
+    added = b""
+    if isinstance(prompt.extra.get("strategies"), dict):
+        # rejected strategies other packages add (entry points `prb.strategies`: name ->
+        # instruction), hashed with the file so the fingerprint and manifest see them
+        plugins = {n: str(STRATEGIES.get(n)) for n in STRATEGIES.names()
+                   if n not in prompt.extra["strategies"]}  # fmt: skip
+        prompt.extra["strategies"] = {**prompt.extra["strategies"], **plugins}
+        added = json.dumps(plugins, sort_keys=True).encode() if plugins else b""
+    digest = hashlib.sha256(raw + prompt.output_schema().encode() + added).hexdigest()
     return Prompt(**{**prompt.__dict__, "sha256": digest})
 
 

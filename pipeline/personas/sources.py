@@ -10,7 +10,8 @@
 A source says which categories it holds (a build's categories default to all of them), gives
 the build its personas and questions, validates itself before any call, and names the bytes it
 was read from for the resume fingerprint. To add a source: a class here with those methods and
-its line in SOURCES (first match wins), plus a test.
+its entry in SOURCES (tried in order, first match wins; any other path is a file), plus a
+test; or, from another package, an entry point of the group `prb.persona_sources`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pipeline.personas.files import (
 )
 from pipeline.personas.sampling import read_back, sample_personas, scan_pool
 from pipeline.records import Persona, Question
+from pipeline.registry import Registry
 from pipeline.store import sha256_file
 
 
@@ -112,8 +114,9 @@ class HubSource(FileSource):
         return {cfg.source: "hub dataset (not hashed)"}  # reading it would need the network
 
 
-SOURCES = (LibrarySource(), HubSource(), FileSource())
+SOURCES = Registry("persona_sources", {"library": LibrarySource(), "hub": HubSource()})
+FALLBACK = FileSource()  # any other path: tried after every registered source, plugins included
 
 
 def source_for(cfg: PersonaConfig):
-    return next(s for s in SOURCES if s.matches(cfg.source))
+    return next((s for s in SOURCES if s.matches(cfg.source)), FALLBACK)

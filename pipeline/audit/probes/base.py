@@ -1,0 +1,99 @@
+"""What every probe shares: the `Probe` figure it reports, the `ProbeSpec` a probe module
+declares, a rule's accuracy with its interval, and the surface cues of an answer (read by the
+cue probes and the answer-only classifier alike)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.stats import THRESHOLD, bootstrap, words
+
+_LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M)
+_HEADING = re.compile(r"^\s*(?:#{1,6}\s+\S|[A-Z][^.!?\n]{0,60}:\s*$)", re.M)
+_YOU = re.compile(r"\b(?:you|your|yours|yourself|you're|you'll)\b", re.I)
+_HEDGE = re.compile(
+    r"\b(?:might|may|perhaps|possibly|could|generally|usually|often|likely|probably|maybe|"
+    r"somewhat|it depends|in most cases|tends? to)\b",
+    re.I,
+)
+_SENTENCE = re.compile(r"[.!?]+(?:\s|$)")
+
+
+def _syllables(word: str) -> int:
+    groups = re.findall(r"[aeiouy]+", word.lower())
+    n = len(groups) - (1 if word.lower().endswith("e") and len(groups) > 1 else 0)
+    return max(1, n)
+
+
+def readability(text: str) -> float:
+    """Flesch reading ease (higher: easier)."""
+    w = words(text)
+    if not w:
+        return 0.0
+    sentences = max(1, len(_SENTENCE.findall(text)))
+    return 206.835 - 1.015 * len(w) / sentences - 84.6 * sum(map(_syllables, w)) / len(w)
+
+
+def cues(text: str) -> dict[str, float]:
+    """Surface cues of one answer; rates are per word."""
+    n = max(1, len(words(text)))
+    return {
+        "list markers": float(len(_LIST.findall(text))),
+        "headings": float(len(_HEADING.findall(text))),
+        "second person": len(_YOU.findall(text)) / n,
+        "hedges": len(_HEDGE.findall(text)) / n,
+        "exclamations": float(text.count("!")),
+        "readability": readability(text),
+    }
+
+
+CUES = tuple(cues("x"))
+
+
+@dataclass
+class Probe:
+    name: str
+    value: float | None
+    low: float | None
+    high: float | None
+    n: int
+    about: str
+    leak: bool | None = None  # None: not enough pairs to say
+    kind: str = "accuracy"  # "accuracy" (0.5 = chance) or "ratio"
+    family: str = "leakage"  # its ProbeSpec's: leakage, floor or judge
+
+    def as_dict(self) -> dict:
+        r = lambda x: None if x is None else round(x, 4)  # noqa: E731
+        return {"name": self.name, "value": r(self.value), "low": r(self.low),
+                "high": r(self.high), "n": self.n, "about": self.about, "leak": self.leak,
+                "kind": self.kind, "family": self.family}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """A probe module's declaration (`PROBE`): what the audit, compare and the card read.
+
+    `family`: leakage (answer only, never the user: only these can call a release leaky),
+    floor (a shallow user-aware baseline a reward model must beat) or judge (an LLM judge)."""
+
+    name: str
+    family: str
+    order: int
+    run: Callable[[list[dict], int], list[Probe]]
+    about: str
+
+
+def rule(name: str, about: str, scores: list[float], seed: int) -> Probe:
+    """A rule's accuracy from per-pair scores (1 right, 0 wrong, 0.5 tie)."""
+    if not scores:
+        return Probe(name, None, None, None, 0, about)
+    lo, hi = bootstrap(scores, seed)
+    return Probe(name, float(np.mean(scores)), lo, hi, len(scores), about, leak=lo > THRESHOLD)
+
+
+def more_wins(a: float, b: float) -> float:
+    return 1.0 if a > b else 0.0 if a < b else 0.5

@@ -1,0 +1,51 @@
+"""Length: the longer (or shorter) answer wins; the share of pairs whose chosen is longer; the
+median rejected/chosen word ratio, a leak outside stats.LENGTH_BAND."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from pipeline.audit.probes.base import Probe, ProbeSpec, more_wins, rule
+from pipeline.stats import LENGTH_BAND, bootstrap, words
+
+
+def length_probes(rows: list[dict], seed: int = 0) -> list[Probe]:
+    lengths = [(len(words(r["chosen"])), len(words(r["rejected"]))) for r in rows]
+    longer = [1.0 if c > r else 0.0 for c, r in lengths]
+    ratios = [r / max(1, c) for c, r in lengths]
+    med = statistics.median(ratios)
+    lo, hi = bootstrap(ratios, seed, stat=np.median)
+    band = LENGTH_BAND
+    longer_wins = [more_wins(c, r) for c, r in lengths]
+    if np.mean(longer_wins) >= 0.5:
+        best = rule("length: longer wins", "the longer answer is taken as chosen", longer_wins,
+                     seed)  # fmt: skip
+    else:  # a release whose chosen answers are the shorter ones leaks just as much
+        best = rule("length: shorter wins", "the shorter answer is taken as chosen",
+                     [1.0 - x for x in longer_wins], seed)  # fmt: skip
+    return [
+        best,
+        Probe(
+            "length: chosen is longer",
+            float(np.mean(longer)),
+            *bootstrap(longer, seed),
+            len(rows),
+            "share of pairs whose chosen answer has more words (information)",
+            kind="share",
+        ),  # fmt: skip
+        Probe(
+            "length: median rejected/chosen ratio",
+            med,
+            lo,
+            hi,
+            len(rows),
+            f"median of rejected words / chosen words; a leak outside {band[0]}-{band[1]}",
+            leak=not band[0] <= med <= band[1],
+            kind="ratio",
+        ),  # fmt: skip
+    ]
+
+
+PROBE = ProbeSpec("length", "leakage", 10, length_probes, "the longer or shorter answer wins")
