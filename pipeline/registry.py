@@ -11,7 +11,8 @@ A leaf: imports nothing of prb.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+import pkgutil
+from collections.abc import Iterable, Iterator
 from importlib import import_module
 from importlib.metadata import entry_points
 
@@ -54,3 +55,15 @@ class Registry:
         ep = self._plugins.get(name)
         dist = getattr(ep, "dist", None)
         return dist.name if dist is not None else ("plugin" if name in self._plugins else None)
+
+
+def declared(package: str, path: Iterable[str], attr: str, kind: str) -> list:
+    """What every module of `package` (but `base`) declares as `attr`, then what other
+    packages declare in the entry points of `prb.<kind>`: a new one is one file, or a plugin."""
+    found = [
+        getattr(import_module(f"{package}.{m.name}"), attr)
+        for m in pkgutil.iter_modules(path)
+        if m.name != "base"
+    ]
+    plugins = Registry(kind, {})
+    return found + [plugins.get(n) for n in plugins.names()]

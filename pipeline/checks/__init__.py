@@ -13,27 +13,17 @@ records, its columns the release, its rule text the card, its figures the audit.
 
 from __future__ import annotations
 
-import pkgutil
-from importlib import import_module
 from typing import Literal
 
 from pydantic import Field, create_model
 
 from pipeline.checks.base import Call, Check
 from pipeline.records import Record
-from pipeline.registry import Registry
+from pipeline.registry import declared
 
 
 def _discover() -> tuple[Check, ...]:
-    """Every module here declaring `CHECK`, and the checks other packages declare as entry
-    points of the group `prb.checks`."""
-    found = [
-        import_module(f"{__name__}.{m.name}").CHECK
-        for m in pkgutil.iter_modules(__path__)
-        if m.name != "base"
-    ]
-    plugins = Registry("checks", {})
-    found += [plugins.get(n) for n in plugins.names()]
+    found = declared(__name__, __path__, "CHECK", "checks")
     return tuple(sorted(found, key=lambda c: (c.order, c.name)))
 
 

@@ -25,13 +25,11 @@ personal fit separates the answers gives. No verdict is given from fewer than
 from __future__ import annotations
 
 import functools
-import pkgutil
 import statistics
-from importlib import import_module
 
 from pipeline.audit.probes.base import CUES, Probe, ProbeSpec, cues, readability  # noqa: F401
 from pipeline.audit.probes.classifier import classifier_probe  # noqa: F401
-from pipeline.registry import Registry
+from pipeline.registry import declared
 from pipeline.stats import LENGTH_BAND, MIN_VERDICT_PAIRS, THRESHOLD, words  # noqa: F401
 
 
@@ -40,13 +38,7 @@ def registered() -> tuple[ProbeSpec, ...]:
     """Every module of this package that declares `PROBE`, and those other packages declare
     as entry points of the group `prb.probes`: a new probe is one file. Found on first use, so
     a plugin module may import this package."""
-    found = [
-        import_module(f"{__name__}.{m.name}").PROBE
-        for m in pkgutil.iter_modules(__path__)
-        if m.name != "base"
-    ]
-    plugins = Registry("probes", {})
-    found += [plugins.get(n) for n in plugins.names()]
+    found = declared(__name__, __path__, "PROBE", "probes")
     return tuple(sorted(found, key=lambda p: (p.order, p.name)))
 
 
