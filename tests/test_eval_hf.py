@@ -87,3 +87,33 @@ def test_hf_adapter_names_a_missing_model(tmp_path):
 
     with pytest.raises(SpecError, match="cannot load a sequence-classification model"):
         parse_spec(f"hf:{tmp_path / 'nothing'}", llm=None, judge_model="", context="none")
+
+
+def test_a_long_profile_is_cut_never_the_answer(tiny_rm, tmp_path):
+    """~3,000-word profiles on a model with a 128-token window: the old adapter cut the prompt
+    from the right, so the answer went first and every pair tied (or the positions overflowed).
+    Now the context is cut by whole posts, the answers always go in, and the cut is counted."""
+    from pipeline.eval.evaluate import evaluate
+
+    path, rows = tiny_rm
+    long = [dict(r, profile=[{"id": f"{r['id']}-p{k}", "category": r["category"],
+                              "text": "I write long posts about my week and my garden. " * 6}
+                             for k in range(50)]) for r in rows]  # fmt: skip
+    assert len(" ".join(p["text"] for p in long[0]["profile"]).split()) > 2500
+    rm = parse_spec(f"hf:{path},batch_size=4", llm=None, judge_model="", context="profile")
+    scored, results = asyncio.run(evaluate(write_release(tmp_path / "rel", long), [rm], 50))
+    pairs = results[0]["pairs"]
+    assert not [p for p in pairs if p["error"]]
+    ties = [p for p in pairs if p["score_chosen"] == p["score_rejected"]]
+    assert not ties  # the answers, which differ, are always in what the model reads
+    t = results[0]["truncation"]
+    assert t["contexts"] == 2 * len(long) and t["cut"] == 2 * len(long) and t["too_long"] == 0
+    assert t["tokens_cut"] > 2 * len(long) * 100
+    for q in (Query(r["profile"][0]["text"] * 3, r["question"], r["chosen"]) for r in long[:3]):
+        fitted = rm.fit(q)
+        assert fitted.response == q.response and fitted.question == q.question
+        assert rm._length(fitted) <= rm.max_length
+    # an answer that cannot fit with its question alone is an error row, not a score
+    huge = [dict(long[0], id="huge", chosen="word " * 400)]
+    _, results = asyncio.run(evaluate(write_release(tmp_path / "huge", huge), [rm], 50))
+    assert results[0]["pairs"][0]["error"] and results[0]["metrics"]["errors"] == 1

@@ -36,7 +36,8 @@ def print_correlation(downstream: str, c: dict) -> None:
 
 
 HEADERS = {"longer_preferred": "longer", "chosen_as_a": "as A", "chosen_as_b": "as B",
-           "needs_user": "user adds"}  # fmt: skip
+           "needs_user": "user adds", "contexts_cut": "cut",
+           "cut_tokens_mean": "tok/cut"}  # fmt: skip
 
 
 def print_frame(df, title: str) -> None:

@@ -64,7 +64,10 @@ async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairSco
     if rm.batched:  # local models: one call over every answer, so batches fill up
         flat = await rm.score_many([q for row in rows for q in queries(row)])
         shown.done = len(rows)
-        return [result(row, flat[2 * i], flat[2 * i + 1]) for i, row in enumerate(rows)]
+        too_long = "an answer does not fit the model's context window with its question"
+        return [result(row, flat[2 * i], flat[2 * i + 1],
+                       error=too_long if None in (flat[2 * i], flat[2 * i + 1]) else None)
+                for i, row in enumerate(rows)]  # fmt: skip
 
     async def one(row) -> PairScore:
         scored = await _one(row)
@@ -206,6 +209,8 @@ async def evaluate(
                 "scoring": "won iff score_chosen > score_rejected; ties and errors lose",
                 "bootstrap": {"resamples": n_resamples, "seed": seed, "method": "percentile"},
                 "metrics": metrics(scores, n_resamples, seed),
+                # contexts cut to fit the model (answers never are); None: not measured
+                "truncation": dict(rm.truncation) if hasattr(rm, "truncation") else None,
                 "pairs": [s.model_dump() for s in scores],
             }
         )

@@ -36,6 +36,10 @@ def leaderboard(results: list[dict]) -> pd.DataFrame:
             "ties": m["ties"],
             "errors": m["errors"],
             "n": m["n"],
+            # of the answers scored, how many had their user context cut to fit the model,
+            # and the tokens cut per cut context (NaN: a model that does not truncate)
+            "contexts_cut": (r.get("truncation") or {}).get("cut", math.nan),
+            "cut_tokens_mean": _per_cut(r.get("truncation")),
             "blind_of": r.get("blind_of"),
         }
         rows.append(row)
@@ -51,6 +55,12 @@ def leaderboard(results: list[dict]) -> pd.DataFrame:
         out += [r, {**b, "needs_user": math.nan}] if b else [r]
     df = pd.DataFrame(out).drop(columns=["blind_of"])
     return df.reset_index(drop=True)
+
+
+def _per_cut(t: dict | None) -> float:
+    if not t:
+        return math.nan
+    return t["tokens_cut"] / t["cut"] if t["cut"] else 0.0
 
 
 def to_markdown(df: pd.DataFrame, title: str, notes: list[str] = ()) -> str:
