@@ -67,8 +67,10 @@ def header(text: str) -> list[str]:
 def frame_csv(df, path: Path, **kwargs) -> None:
     """A pandas frame (a leaderboard) written as CSV, its text cells and headers neutralised:
     model names and categories come from users and foreign releases."""
+    import pandas as pd
+
     safe = df.rename(columns=lambda c: neutralise(str(c)))
-    for col in safe.columns:
-        if safe[col].dtype == object:
+    for col in safe.columns:  # text columns, whatever their dtype (pandas 3: str, not object)
+        if not pd.api.types.is_numeric_dtype(safe[col]):
             safe[col] = safe[col].map(lambda v: neutralise(v) if isinstance(v, str) else v)
     safe.to_csv(path, index=False, **kwargs)

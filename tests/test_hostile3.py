@@ -130,6 +130,20 @@ def test_audit_compare_and_eval_of_a_release_full_of_markup_write_no_raw_tag(tmp
     assert "acc_&lt;script&gt;cat()&lt;/script&gt;" in board
 
 
+def test_leaderboard_csvs_neutralise_formula_cells(tmp_path):
+    """pandas 3 stores text as `str`, not `object`: a check on `object` neutralised nothing."""
+    import pandas as pd
+
+    df = pd.DataFrame({"model": ["=cmd|' /C calc'!A0", "ok"], "accuracy": [0.5, 0.6],
+                       "@category": ["+x", "-y"]})  # fmt: skip
+    csvfile.frame_csv(df, tmp_path / "board.csv")
+    cells = [c for row in csv.reader((tmp_path / "board.csv").open(newline="")) for c in row]
+    assert not any(c.startswith(csvfile.FORMULA) for c in cells), cells
+    rows = [row for _, row in csvfile.rows((tmp_path / "board.csv").read_text())]
+    assert [r["model"] for r in rows] == ["=cmd|' /C calc'!A0", "ok"]
+    assert [r["@category"] for r in rows] == ["+x", "-y"]
+
+
 # --- 3. integrity of foreign releases --------------------------------------------------------
 
 
