@@ -26,6 +26,7 @@ LAX = {  # a 135M judge scores almost at random: let pairs through, this tests t
     "min_quality": 1.0, "max_quality_gap": 4.0, "min_adherence_chosen": 0.0,
     "max_adherence_rejected": 1.0, "min_length_ratio": 0.01, "max_length_ratio": 100.0,
     "max_answer_similarity": 1.0, "drop_blind_separated": False, "drop_prompt_echo": False,
+    "drop_degenerate": False,
 }  # fmt: skip
 
 

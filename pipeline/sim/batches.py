@@ -31,7 +31,8 @@ def _not_found(what: str, ident: str) -> JSONResponse:
 
 
 def answer_line(
-    line: dict, models: tuple[str, ...], degrade_rate: float, leaky: bool = False
+    line: dict, models: tuple[str, ...], degrade_rate: float, leaky: bool = False,
+    degenerate_rate: float = 0.0,
 ) -> dict:
     """One Batch API output line for one input line."""
     custom_id = line.get("custom_id", "")
@@ -45,7 +46,8 @@ def answer_line(
         }
     task = custom_id.split(":", 1)[0] if ":" in custom_id else None
     content = respond(
-        task, body.get("messages", []), body["model"], body.get("seed"), degrade_rate, leaky
+        task, body.get("messages", []), body["model"], body.get("seed"), degrade_rate, leaky,
+        degenerate_rate,
     )
     prompt_tokens = sum(len((m.get("content") or "").split()) for m in body.get("messages", []))
     completion_tokens = len(content.split())
@@ -120,7 +122,8 @@ def make_router(opts, models: tuple[str, ...]) -> APIRouter:
         lines = [json.loads(x) for x in files[batch["input_file_id"]]["data"].splitlines() if x]
         out, errors = [], []
         for i, line in enumerate(lines):
-            result = answer_line(line, models, opts.degrade_rate, opts.leaky)
+            result = answer_line(line, models, opts.degrade_rate, opts.leaky,
+                                 opts.degenerate_rate)
             (out if result["error"] is None else errors).append(json.dumps(result))
             opts.stats["batch_lines"] += 1
             if i % 200 == 199:

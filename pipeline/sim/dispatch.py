@@ -42,10 +42,13 @@ def respond(
     seed: int | None,
     degrade_rate: float = 0.0,
     leaky: bool = False,
+    degenerate_rate: float = 0.0,
 ) -> str:
     """The answer to one chat request. `degrade_rate` turns that fraction of rejected answers
     (chosen by request hash, so deterministically) into an unhelpful one, for testing filters;
-    `leaky` writes rejected answers that differ in more than personal fit (for the probes)."""
+    `leaky` writes rejected answers that differ in more than personal fit (for the probes);
+    `degenerate_rate` makes that fraction of rejected answers one line said six times, as a
+    weak model writes them (for the model-free quality floor)."""
     system = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "system")
     user = "\n".join(m.get("content") or "" for m in messages if m.get("role") != "system")
     t = responder.tags(user)
@@ -69,4 +72,8 @@ def respond(
     handlers["persona_expand"] = lambda: persona_writer.persona_expand(t, rng)
     if task == "rejected" and responder.rng_for("degrade", messages).random() < degrade_rate:
         return responder.DEGRADED
-    return handlers[task]()
+    answer = handlers[task]()
+    if task == "rejected" and responder.rng_for("loop", messages).random() < degenerate_rate:
+        line = next((x for x in answer.splitlines() if x.strip()), answer)
+        return "\n".join([line.strip()] * 6)
+    return answer

@@ -43,6 +43,7 @@ class SimOptions:
     rate_slow: float = 0.0
     slow_s: float = 30.0
     degrade_rate: float = 0.0
+    degenerate_rate: float = 0.0  # rejected answers that repeat one line (the quality floor)
     leaky: bool = False  # rejected answers shorter, hedged, in a register of their own
     seed: int = 0
     fault_tasks: str = ""  # comma-separated prompt tasks the faults hit (X-PRB-Task); "" = all
@@ -236,6 +237,7 @@ def create_app(opts: SimOptions) -> FastAPI:
             body.get("seed"),
             opts.degrade_rate,
             opts.leaky,
+            opts.degenerate_rate,
         )
         finish_reason = "stop"
         if roll < cum[2]:
@@ -298,6 +300,7 @@ OPTION_FLAGS = {
     "rate_slow": "--rate-slow",
     "slow_s": "--slow-s",
     "degrade_rate": "--degrade-rate",
+    "degenerate_rate": "--degenerate-rate",
     "leaky": "--leaky",
     "fault_tasks": "--fault-tasks",
     "retry_after": "--retry-after",
