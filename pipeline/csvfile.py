@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 FORMULA = ("=", "+", "-", "@", "\t", "\r")
@@ -49,19 +49,15 @@ def write(path: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -
         f.write(dumps(header, rows))
 
 
-def rows(text: str) -> Iterator[tuple[int, dict[str, str]]]:
-    """(row as a spreadsheet numbers it, {column: cell}) per non-blank record of a CSV
-    document (the header is row 1; a quoted line break does not start a row). Cells are
-    restored (see `neutralise`)."""
+def read(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
+    """(header, rows) of a CSV document, parsed once: each row as (its number as a spreadsheet
+    shows it, {column: cell}), blank rows left out (the header is row 1; a quoted line break
+    does not start a row). Cells are restored (see `neutralise`)."""
     reader = csv.reader(io.StringIO(text, newline=""))
     names = [restore(h) for h in next(reader, [])]
-    for n, record in enumerate(reader, start=2):
-        if any(record):
-            yield n, dict(zip(names, (restore(c) for c in record), strict=False))
-
-
-def header(text: str) -> list[str]:
-    return [restore(h) for h in next(csv.reader(io.StringIO(text, newline="")), [])]
+    found = [(n, dict(zip(names, map(restore, record), strict=False)))
+             for n, record in enumerate(reader, start=2) if any(record)]  # fmt: skip
+    return names, found
 
 
 def frame_csv(df, path: Path, **kwargs) -> None:

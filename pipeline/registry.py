@@ -50,12 +50,6 @@ class Registry:
     def __iter__(self) -> Iterator[object]:
         return (self.get(n) for n in self.names())
 
-    def plugin(self, name: str) -> str | None:
-        """The distribution that added `name`, or None for a built-in entry."""
-        ep = self._plugins.get(name)
-        dist = getattr(ep, "dist", None)
-        return dist.name if dist is not None else ("plugin" if name in self._plugins else None)
-
 
 def declared(package: str, path: Iterable[str], attr: str, kind: str) -> list:
     """What every module of `package` (but `base`) declares as `attr`, then what other

@@ -44,7 +44,7 @@ cells = st.one_of(
 def test_any_text_in_any_cell_round_trips_and_no_cell_is_a_formula(rows):
     header = ["item_id", "reason", "answer_a"]
     text = csvfile.dumps(header, rows)
-    back = [[row[h] for h in header] for _, row in csvfile.rows(text)]
+    back = [[row[h] for h in header] for _, row in csvfile.read(text)[1]]
     assert back == [r for r in rows if any(r)]  # a row of empty cells is a blank row
     # what a spreadsheet reads: no cell it would evaluate
     for record in csv.reader(io.StringIO(text, newline="")):
@@ -66,7 +66,7 @@ def test_an_annotators_reason_with_line_breaks_imports_unchanged(tmp_path, sim_u
     key = load_key(run_dir)
     reason = "line one\nline two\r\nthree\u2028four\u2029five\u0085six =HYPERLINK(\"x\")"
     sheet = next(batches_dir(run_dir).glob("*/ann-1.csv"))
-    rows = [row for _, row in csvfile.rows(sheet.read_text(encoding="utf-8"))]
+    rows = [row for _, row in csvfile.read(sheet.read_text(encoding="utf-8"))[1]]
     items = {i.item_id: i for i in key.items}
     for row in rows:
         row.update(truthful(items[row["item_id"]], "ann-1"), reason=reason)
@@ -139,7 +139,7 @@ def test_leaderboard_csvs_neutralise_formula_cells(tmp_path):
     csvfile.frame_csv(df, tmp_path / "board.csv")
     cells = [c for row in csv.reader((tmp_path / "board.csv").open(newline="")) for c in row]
     assert not any(c.startswith(csvfile.FORMULA) for c in cells), cells
-    rows = [row for _, row in csvfile.rows((tmp_path / "board.csv").read_text())]
+    rows = [row for _, row in csvfile.read((tmp_path / "board.csv").read_text())[1]]
     assert [r["model"] for r in rows] == ["=cmd|' /C calc'!A0", "ok"]
     assert [r["@category"] for r in rows] == ["+x", "-y"]
 

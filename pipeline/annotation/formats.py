@@ -62,8 +62,8 @@ def read_labels(path: Path) -> tuple[str, list[RawLabel]]:
 def read_csv(path: Path, text: str) -> list[RawLabel]:
     """A CSV parsed as CSV (a cell may hold line breaks), never split into lines first."""
     try:
-        missing = [c for c in CSV_COLUMNS if c not in csvfile.header(text)]
-        rows = list(csvfile.rows(text))
+        names, rows = csvfile.read(text)
+        missing = [c for c in CSV_COLUMNS if c not in names]
     except csv.Error as e:
         raise AnnotationError(f"{path}: not a readable CSV: {e}") from None
     if missing:

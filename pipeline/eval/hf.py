@@ -75,21 +75,22 @@ class HFRewardModel(RewardModel):
         full = self._length(q)
         if full <= self.max_length:
             return q
-        bare = replace(q, context="")
-        if self._length(bare) > self.max_length:
+        fitted = replace(q, context="")
+        kept = self._length(fitted)
+        if kept > self.max_length:
             self.truncation["too_long"] += 1
             return None
         lines = q.context.split("\n")
         lo, hi = 0, len(lines)  # the most lines that fit: binary search on the prefix
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self._length(replace(q, context="\n".join(lines[:mid]))) <= self.max_length:
-                lo = mid
+            trial = replace(q, context="\n".join(lines[:mid]))
+            if (n := self._length(trial)) <= self.max_length:
+                lo, fitted, kept = mid, trial, n
             else:
                 hi = mid - 1
-        fitted = replace(q, context="\n".join(lines[:lo])) if lo else bare
         self.truncation["cut"] += 1
-        self.truncation["tokens_cut"] += full - self._length(fitted)
+        self.truncation["tokens_cut"] += full - kept
         return fitted
 
     def _encode(self, batch: list[Query], truncate: bool = True):

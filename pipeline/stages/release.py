@@ -61,10 +61,12 @@ def write_category(rows: Iterable[dict], folder: Path, category: str) -> tuple[i
     return n, num_bytes
 
 
-def token_usage(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> dict[str, dict]:
-    """Tokens of the answers the run used, per stage, read from the cache so that a resumed or
-    repeated run reports the same figures as an uninterrupted one."""
-    out = {}
+def answers_used(cache: ResponseCache, keys_by_stage: dict[str, list[str]]
+                 ) -> tuple[dict[str, dict], list[str]]:  # fmt: skip
+    """Tokens of the answers the run used, per stage, and what answered them, read from the
+    cache in one pass (so a resumed or repeated run reports the same figures as an
+    uninterrupted one). What answered: `prb-simulator` (it signs every answer) or `endpoint`."""
+    tokens, seen = {}, set()
     for stage, keys in keys_by_stage.items():
         prompt = completion = 0
         for key in keys:
@@ -72,20 +74,10 @@ def token_usage(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> di
             if entry:
                 prompt += entry[1].get("prompt_tokens", 0) or 0
                 completion += entry[1].get("completion_tokens", 0) or 0
-        out[stage] = {"calls": len(keys), "prompt_tokens": prompt, "completion_tokens": completion}
-    return out
-
-
-def served_by(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> list[str]:
-    """What answered the calls the release uses, as their cached answers say: `prb-simulator`
-    for the simulator (it signs every answer), `endpoint` for anything else."""
-    seen = set()
-    for keys in keys_by_stage.values():
-        for key in keys:
-            entry = cache.get(key)
-            if entry:
                 seen.add(entry[1].get("served_by", "endpoint"))
-    return sorted(seen)
+        tokens[stage] = {"calls": len(keys), "prompt_tokens": prompt,
+                         "completion_tokens": completion}  # fmt: skip
+    return tokens, sorted(seen)
 
 
 class ReleaseStats:
@@ -188,7 +180,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
             counts[category], arrow_bytes[category] = write_category(rows, tmp, category)
         ctx.funnel[STAGE.funnel] = stats.n
         config = cfg.recorded()
-        answered = served_by(ctx.cache, ctx.keys)
+        tokens, answered = answers_used(ctx.cache, ctx.keys)
         manifest = mf.Manifest(
             format_version=mf.FORMAT_VERSION,
             name=cfg.release.name,
@@ -213,7 +205,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
             num_bytes=arrow_bytes,
             stats=stats.summary(),
             annotation=manifest_block(cfg, run_dir, annotations),
-            tokens=token_usage(ctx.cache, ctx.keys),
+            tokens=tokens,
             cost=cost.summary(cfg, ctx.cache, ctx.keys, stats.n, roles(ctx.stages)),
         )
         about = {s.funnel: s.about for s in ctx.stages}
