@@ -15,13 +15,11 @@ from pipeline.cli import app
 from pipeline.errors import NothingReleased
 
 PNG = b"\x89PNG\r\n\x1a\n"
-SECTIONS = ["warnings", "funnel", "quality", "length", "blind", "breakdowns", "worst"]
+SECTIONS = ["warnings", "funnel", "checks", "breakdowns", "worst"]
 MD_HEADINGS = [
     "## Warnings",
     "## Funnel",
-    "## Quality scores: chosen vs rejected",
-    "## Length ratio",
-    "## Persona-blind judge",
+    "## What separates the pairs, check by check",
     "## Breakdowns",
     "### By rejected strategy",
     "### By category",
@@ -50,7 +48,7 @@ def test_report_has_every_section_and_plot(clean_run):
     md = (out / "summary.md").read_text()
     for heading in MD_HEADINGS:
         assert heading in md, heading
-    for plot in ("funnel", "quality", "length_ratio", "breakdowns"):
+    for plot in ("funnel", "check_quality", "check_length_ratio", "breakdowns"):
         png = out / "plots" / f"{plot}.png"
         assert png.read_bytes()[:8] == PNG and png.stat().st_size > 5000, plot
         assert f'src="plots/{plot}.png"' in html
@@ -78,13 +76,19 @@ def test_report_figures_match_the_run_files(clean_run):
     verdicts = [(b["ab"], "A") for b in judged] + [(b["ba"], "B") for b in judged]
     decisive = [(v, c) for v, c in verdicts if v != "tie"]
     k = sum(v == c for v, c in decisive)
-    blind = report["blind"]["all judged"]
-    assert (blind["picked_chosen"], blind["decisive"]) == (k, len(decisive))
+    found = {f["key"]: f for f in report["figures"]["all judged"]}
+    blind = found["blind"]
+    assert (blind["k"], blind["n"], blind["pairs"]) == (k, len(decisive), len(judged))
     if decisive:
         lo, hi = proportion_confint(k, len(decisive), method="wilson")
-        assert blind["ci95"] == [round(lo, 4), round(hi, 4)]
+        assert [blind["low"], blind["high"]] == [round(lo, 4), round(hi, 4)]
     ratios = sorted(r["checks"]["length_ratio"]["ratio"] for r in records)
-    assert report["median_length_ratio"]["all judged"] == round(ratios[len(ratios) // 2], 4)
+    assert found["length_ratio"]["value"] == round(ratios[len(ratios) // 2], 4)
+    # each check's figures come from its declaration: the quality judge's two sides
+    quality = [r["checks"]["quality"] for r in records if r["checks"].get("quality")]
+    chosen = [sum(q["chosen"][c] for c in ("correctness", "relevance", "helpfulness")) / 3
+              for q in quality if q["chosen"] and q["rejected"]]  # fmt: skip
+    assert found["quality"]["chosen"] == round(sum(chosen) / len(chosen), 4)
     strategies = {row["strategy"]: row["pairs"] for row in report["by_strategy"]}
     assert sum(strategies.values()) == len(records)
     assert {row["category"] for row in report["by_category"]} == {
@@ -101,8 +105,8 @@ def test_warnings_when_quality_leaks(tmp_path, sim_factory):
     run_dir = tmp_path / "outputs" / "demo"  # nothing released, every stage file written
     report = json.loads((write_report(run_dir) / "audit.json").read_text())
     text = "\n".join(report["warnings"])
-    assert "excludes 50%" in text and "median length ratio" in text
-    assert report["blind"]["all judged"]["accuracy"] == 1.0
+    assert "interval excludes 50.0%" in text and "median length ratio" in text
+    assert {f["key"]: f for f in report["figures"]["all judged"]}["blind"]["value"] == 1.0
     md = (run_dir / "audit" / "summary.md").read_text()
     assert "**WARNING** persona-blind judge" in md
     assert 'class="warn"' in (run_dir / "audit" / "report.html").read_text()

@@ -312,6 +312,10 @@ def test_compare_reports_on_the_two_recipes(recipes, tmp_path):
     md = (out / "compare.md").read_text()
     assert "| metric | A, shared | B, shared | A, all | B, all |" in md
     assert "probe: answer-only classifier" in md
+    # the checks' declared figures, read from each release's own columns
+    blind = b["shared"]["checks"]["blind"]
+    assert blind["n"] > 0 and blind["pairs"] == 12 and "persona-blind judge picks chosen" in md
+    assert "quality" in a["shared"]["checks"] and "quality" in b["shared"]["checks"]
     for png in ("probes.png", "lengths.png"):
         assert (out / "plots" / png).read_bytes()[:4] == b"\x89PNG"
     assert "plots/probes.png" in (out / "report.html").read_text()

@@ -142,7 +142,7 @@ STAGE = Stage(name="question_gate", input=Task, input_id=lambda t: t.task_id, ou
 '''
 CHECK_MODULE = '''"""Added by a test: which answer a judge finds politer, in both orders."""
 
-from pipeline.checks.base import Call, Check
+from pipeline.checks.base import Call, Check, Figure
 from pipeline.records import Record
 
 
@@ -179,6 +179,8 @@ CHECK = Check(
     docs={"drop_politeness_gap": "drop pairs whose answers differ in politeness:"},
     features={"politeness_ab": "string", "politeness_ba": "string"},
     released=lambda r: {"politeness_ab": r.ab, "politeness_ba": r.ba},
+    figures=(Figure("politeness", "politeness verdicts differ by order",
+                    lambda v: float(v["politeness_ab"] != v["politeness_ba"])),),
 )
 '''
 CHECK_PROMPT = {
@@ -411,6 +413,9 @@ def test_seven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url
     assert "`drop_politeness_gap`" in card and "politeness verdicts in both orders" in card
     assert "judge_politeness" in manifest["prompts"] and "prompts.judge_politeness" in fingerprint
     assert manifest["config"]["filters"]["drop_politeness_gap"] is False
+    audit = json.loads((run_dir / "audit" / "audit.json").read_text())  # and in the audit
+    assert "politeness" in {f["key"] for f in audit["figures"]["all judged"]}
+    assert "politeness verdicts differ by order" in (run_dir / "audit" / "summary.md").read_text()
     # the strategy: used, released, counted on the card
     assert {r["rejected_strategy"] for r in rows} == {"wrong_depth"} and "`wrong_depth`" in card
     # the source: its users, its categories (from the data) and its file in the fingerprint

@@ -5,9 +5,9 @@ of A and a pair of B are the same pair when they share the user (the profile's t
 question; releases that store different profiles for the same users (one keeps the top-k
 posts, say) are matched on the `persona_id` both give, and the report says so. Every figure is given
 on the shared pairs (the fair comparison: same users, same questions) and on each release
-whole: lengths, the audit's model-free leakage probes, the quality gap, the persona-blind
-judge and adherence where the release records them (prb's `quality` and `pair_checks`
-columns), and keep rates from the manifest (and `would_drop`, for a record-only recipe).
+whole: lengths, the audit's model-free leakage probes, every check's declared figures where
+the release carries that check's columns (prb's `quality` and `pair_checks`), and keep rates
+from the manifest (and `would_drop`, for a record-only recipe).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import json
 import statistics
 from pathlib import Path
 
+from pipeline.audit import figures as check_figures
 from pipeline.audit import probes
 from pipeline.release.load import load_rows, profile_text
 from pipeline.reports import render
@@ -55,24 +56,11 @@ def _median(xs: list[float]) -> float | None:
     return round(statistics.median(xs), 4) if xs else None
 
 
-def _quality_gap(row: dict) -> float | None:
-    q = row.get("quality")
-    if not isinstance(q, dict) or not q.get("chosen") or not q.get("rejected"):
-        return None
-    mean = lambda s: statistics.fmean(v for v in s.values() if v is not None)  # noqa: E731
-    return mean(q["chosen"]) - mean(q["rejected"])
-
-
-BLIND = {"chosen": 1.0, "none": 0.5, "rejected": 0.0}
-
-
 def figures(rows: list[dict]) -> dict:
-    """One release's (or its shared pairs') figures."""
+    """One release's (or its shared pairs') figures: lengths, the probes, and every check's
+    declared figures read from the columns the release carries."""
     wc = [word_count(r["chosen"]) for r in rows]
     wr = [word_count(r["rejected"]) for r in rows]
-    checks = [r.get("pair_checks") or {} for r in rows]
-    gaps = [g for g in map(_quality_gap, rows) if g is not None]
-    blind = [BLIND[c["blind_picked"]] for c in checks if c.get("blind_picked") in BLIND]
     would = [r["would_drop"] for r in rows if isinstance(r.get("would_drop"), list)]
     found = probes.run_all(rows) if len(rows) >= 2 else []
     return {
@@ -83,15 +71,9 @@ def figures(rows: list[dict]) -> dict:
         "words_rejected_median": _median(wr),
         "median_length_ratio": _median([b / max(1, a) for a, b in zip(wc, wr, strict=True)]),
         "chosen_longer": _mean([float(a > b) for a, b in zip(wc, wr, strict=True)]),
-        "quality_gap": _mean(gaps),
-        "blind_accuracy": _mean(blind),
-        "adherence_chosen": _mean(
-            [c["adherence_chosen"] for c in checks if c.get("adherence_chosen") is not None]
-        ),  # fmt: skip
-        "adherence_rejected": _mean(
-            [c["adherence_rejected"] for c in checks if c.get("adherence_rejected") is not None]
-        ),  # fmt: skip
         "would_keep": _mean([float(not w) for w in would]) if would else None,
+        "checks": {s["key"]: s for s in check_figures.summarize_all(
+            [check_figures.of_row(r) for r in rows])},
         "probes": probes.summary(found) if found else None,
     }
 
@@ -124,10 +106,6 @@ ROWS = [
     ("words, rejected (mean)", "words_rejected_mean", "{:.1f}"),
     ("median rejected/chosen words", "median_length_ratio", "{:.3f}"),
     ("share chosen longer", "chosen_longer", "{:.3f}"),
-    ("quality gap (chosen - rejected, 1-5)", "quality_gap", "{:+.3f}"),
-    ("persona-blind judge accuracy", "blind_accuracy", "{:.3f}"),
-    ("adherence, chosen", "adherence_chosen", "{:.3f}"),
-    ("adherence, rejected", "adherence_rejected", "{:.3f}"),
     ("would keep (record-only checks)", "would_keep", "{:.3f}"),
 ]
 
@@ -143,6 +121,11 @@ def table(report: dict) -> list[list[str]]:
     for label, key, fmt in ROWS:
         out.append([label] + [show(x[part][key], fmt) for part in ("shared", "all")
                               for x in (a, b)])  # fmt: skip
+    for _, f in check_figures.declared():  # every check's figures a release carries
+        cells = [x[part]["checks"].get(f.key, {}).get("text", "–") for part in ("shared", "all")
+                 for x in (a, b)]  # fmt: skip
+        if any(c != "–" for c in cells):
+            out.append([f"{f.label}", *cells])
     names = [p["name"] for p in (a["all"]["probes"] or {}).get("probes", [])]
     for name in names:
         cells = []

@@ -5,26 +5,19 @@ Writes `outputs/<run>/audit/`: `report.html` (with PNG plots in `plots/`), `summ
 `audit.json` (every figure, machine-readable) and `records/<pair_id>.json` for the pairs the
 report links to. Read-only on the run itself: it never changes a stage file.
 
-Persona-blind accuracy is counted per judged order: each of the two A/B verdicts of a pair that
-names an answer is a trial, a success when it names the chosen one; ties are left out (and
-reported). A blind judge that cannot tell the answers apart sits at 50%; a Wilson interval that
-excludes 50% means general quality leaks, in one direction or the other.
+What each check shows is its own declaration (`Check.figures`, read by
+pipeline/audit/figures.py): this module names no check.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pandas as pd
-
-from pipeline.audit import probes
+from pipeline.audit import figures, probes
 from pipeline.checks import CHECKS, FilterConfig
-from pipeline.checks.blind import trials
 from pipeline.errors import PrbError
 from pipeline.paths import resolve_path
 from pipeline.records import (
@@ -40,10 +33,7 @@ from pipeline.release.load import load_rows, user_key
 from pipeline.release.manifest import read_funnel
 from pipeline.reports import render
 from pipeline.stages import stage
-from pipeline.stats import LENGTH_BAND, wilson
 from pipeline.store import atomic_write, current_drops, latest
-
-CHECK = {c.name: c for c in CHECKS}
 
 WORST_N = 10
 
@@ -115,91 +105,27 @@ def funnel(data: RunData) -> list[dict]:
     return read_funnel(data.run_dir) or []
 
 
-def blind_trials(records: list[FilterRecord]) -> tuple[int, int, int]:
-    """(picked chosen, decisive verdicts, ties) over both orders of every judged pair."""
-    k = n = ties = 0
-    for f in records:
-        a, b, c = trials(CHECK["blind"].read(f))
-        k, n, ties = k + a, n + b, ties + c
-    return k, n, ties
+def pair_rows(records: list[FilterRecord]) -> list[dict]:
+    """Each judged pair: who it is, whether it was kept, and every check's figures."""
+    return [{"pair_id": f.pair.pair_id, "category": f.pair.task.category,
+             "strategy": f.pair.rejected_strategy, "kept": f.kept, "reasons": f.reasons,
+             "figures": figures.of_record(f)} for f in records]  # fmt: skip
 
 
-def blind_accuracy(records: list[FilterRecord]) -> dict:
-    k, n, ties = blind_trials(records)
-    out = {"picked_chosen": k, "decisive": n, "ties": ties, "accuracy": None, "ci95": None}
-    if n:
-        lo, hi = wilson(k, n)
-        out.update(accuracy=round(k / n, 4), ci95=[round(lo, 4), round(hi, 4)])
-    out["separated_pairs"] = sum(
-        1 for f in records if (b := CHECK["blind"].read(f)) and b.picked != "none"
-    )
-    return out
-
-
-def _ratio(f: FilterRecord) -> float | None:
-    r = CHECK["length_ratio"].read(f)
-    return None if r is None else r.ratio
-
-
-def median_length_ratio(records: list[FilterRecord]) -> float | None:
-    ratios = [x for f in records if (x := _ratio(f)) is not None]
-    return round(statistics.median(ratios), 4) if ratios else None
-
-
-# every check's per-pair figures (a check skipped for a pair leaves its columns empty)
-FRAME = ("quality_chosen", "quality_rejected", "quality_gap", "adherence_chosen",
-         "adherence_rejected", "length_ratio", "blind_k", "blind_n", "blind_separated")  # fmt: skip
-
-
-def frame(records: list[FilterRecord]) -> pd.DataFrame:
-    rows = []
-    for f in records:
-        p = f.pair
-        row = {
-            "pair_id": p.pair_id,
-            "category": p.task.category,
-            "strategy": p.rejected_strategy,
-            "kept": f.kept,
-            "reasons": f.reasons,
-        }
-        for c in CHECKS:
-            result = c.read(f)
-            row |= c.frame(result) if result is not None else {}
-        rows.append(row)
-    df = pd.DataFrame(rows)
-    for col in FRAME:
-        if col not in df:
-            df[col] = None
-    return df.fillna({"blind_k": 0, "blind_n": 0, "blind_separated": False})
-
-
-def breakdown(df: pd.DataFrame, by: str) -> list[dict]:
+def breakdown(rows: list[dict], by: str) -> list[dict]:
+    """Per strategy (or category): pairs, keep rate, the top drop reason and every figure."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(str(row[by]), []).append(row)
     out = []
-    for key, g in df.groupby(by, sort=True):
-        reasons = Counter(r for rs in g["reasons"] for r in rs)
-        n_blind = int(g["blind_n"].sum())
-        out.append(
-            {
-                by: key,
-                "pairs": len(g),
-                "kept": int(g["kept"].sum()),
-                "keep_rate": round(float(g["kept"].mean()), 3),
-                "blind_accuracy": round(int(g["blind_k"].sum()) / n_blind, 3) if n_blind else None,
-                "blind_k": int(g["blind_k"].sum()),
-                "blind_n": n_blind,
-                "blind_separated": int(g["blind_separated"].sum()),
-                "median_length_ratio": round(float(g["length_ratio"].median()), 3),
-                "mean_quality_gap": _round(g["quality_gap"].mean()),
-                "adherence_chosen": _round(g["adherence_chosen"].mean()),
-                "adherence_rejected": _round(g["adherence_rejected"].mean()),
-                "top_reason": reasons.most_common(1)[0][0] if reasons else "",
-            }
-        )
+    for key, g in sorted(groups.items()):
+        reasons = Counter(r for row in g for r in row["reasons"])
+        kept = sum(row["kept"] for row in g)
+        out.append({by: key, "pairs": len(g), "kept": kept, "keep_rate": round(kept / len(g), 3),
+                    "figures": {s["key"]: s for s in
+                                figures.summarize_all([row["figures"] for row in g])},
+                    "top_reason": reasons.most_common(1)[0][0] if reasons else ""})  # fmt: skip
     return out
-
-
-def _round(x: float, n: int = 3) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else round(float(x), n)
 
 
 def severity(f: FilterRecord) -> float:
@@ -214,46 +140,24 @@ def severity(f: FilterRecord) -> float:
 
 def worst_pairs(records: list[FilterRecord], n: int = WORST_N) -> list[dict]:
     ranked = sorted(records, key=lambda f: (-severity(f), f.pair.pair_id))[:n]
-    return [
-        {
-            "pair_id": f.pair.pair_id,
-            "severity": severity(f),
-            "kept": f.kept,
-            "reasons": f.reasons,
-            "flags": f.flags,
-            "strategy": f.pair.rejected_strategy,
-            "category": f.pair.task.category,
-            "quality_gap": (q := CHECK["quality"].read(f)) and q.gap,
-            "length_ratio": _ratio(f),
-            "link": f"records/{f.pair.pair_id}.json",
-        }
-        for f in ranked
-    ]
-
-
-def warnings_for(blind: dict[str, dict], lengths: dict[str, float | None]) -> list[str]:
+    shown = [f for _, f in figures.declared() if f.summary != "share"]
     out = []
-    for subset, b in blind.items():
-        if b["ci95"] and not b["ci95"][0] <= 0.5 <= b["ci95"][1]:
-            out.append(
-                f"persona-blind judge on {subset} pairs: accuracy {b['accuracy']:.1%}, 95% CI "
-                f"[{b['ci95'][0]:.1%}, {b['ci95'][1]:.1%}] excludes 50%: the answers differ in "
-                "general quality, not only in personal fit"
-            )
-    lo, hi = LENGTH_BAND
-    for subset, m in lengths.items():
-        if m is not None and not lo <= m <= hi:
-            out.append(
-                f"median length ratio (rejected/chosen words) on {subset} pairs is {m:.3f}, "
-                f"outside {lo}-{hi}: length could stand in for personal fit"
-            )
+    for f in ranked:
+        values = figures.of_record(f)
+        out.append({"pair_id": f.pair.pair_id, "severity": severity(f), "kept": f.kept,
+                    "reasons": f.reasons, "flags": f.flags, "strategy": f.pair.rejected_strategy,
+                    "category": f.pair.task.category, "link": f"records/{f.pair.pair_id}.json",
+                    "figures": {fig.label: figures.show(fig, values[fig.key])
+                                for fig in shown if fig.key in values}})  # fmt: skip
     return out
 
 
 # --- plots --------------------------------------------------------------------------------------
 
 
-def _plots(data: RunData, df: pd.DataFrame, fun: list[dict], out: Path) -> dict[str, str]:
+def _plots(data: RunData, rows: list[dict], fun: list[dict], out: Path) -> dict[str, str]:
+    import numpy as np
+
     from pipeline.reports import pyplot
 
     plt = pyplot()
@@ -278,62 +182,59 @@ def _plots(data: RunData, df: pd.DataFrame, fun: list[dict], out: Path) -> dict[
     ax.set_xlim(0, max(counts + [1]) * 1.15)
     save(fig, "funnel.png")
 
-    fig, axes = plt.subplots(1, 4, figsize=(12, 3), sharey=True)
-    bins = [0.75 + 0.5 * i for i in range(10)]
-    quality = [
-        q for f in data.filters if (q := CHECK["quality"].read(f)) and q.chosen and q.rejected
-    ]
-    for ax, crit in zip(axes, ("mean", "correctness", "relevance", "helpfulness"), strict=True):
-        vals = [
-            [getattr(getattr(q, side), crit) for q in quality] for side in ("chosen", "rejected")
-        ]  # side by side, so equal distributions show as twin bars, not one blended one
-        ax.hist(vals, bins=bins, label=["chosen", "rejected"], color=["#55a868", "#c44e52"])
-        ax.set_title(crit)
-        ax.set_xlim(0.75, 5.25)
-        ax.set_xlabel("judge score (1-5)")
-    axes[0].set_ylabel("pairs")
-    axes[0].legend()
-    fig.suptitle("Quality judge scores: chosen vs rejected")
-    save(fig, "quality.png")
+    for check in CHECKS:  # one plot per check: a panel per figure it declares for plotting
+        shown = [f for f in check.figures if f.plot and f.summary != "share"
+                 and any(row["figures"].get(f.key) is not None for row in rows)]  # fmt: skip
+        if not shown:
+            continue
+        settings = check.settings.model_validate(
+            data.thresholds.model_dump(include=set(check.settings.model_fields)))
+        fig, axes = plt.subplots(1, len(shown), figsize=(3.2 * len(shown) + 1, 3), squeeze=False)
+        for ax, f in zip(axes[0], shown, strict=True):
+            values = [(row["figures"].get(f.key), row["kept"]) for row in rows]
+            values = [(v, kept) for v, kept in values if v is not None]
+            if f.summary == "sides":  # side by side, so equal distributions show as twin bars
+                ax.hist([[float(v[0]) for v, _ in values], [float(v[1]) for v, _ in values]],
+                        bins=12, range=f.span, label=["chosen", "rejected"],
+                        color=["#55a868", "#c44e52"])
+            else:
+                edges = list(np.histogram_bin_edges(
+                    [float(v) for v, _ in values], bins=30, range=f.span))
+                ax.hist([float(v) for v, _ in values], bins=edges, color="#8172b2", alpha=0.5,
+                        label="all judged")
+                ax.hist([float(v) for v, kept in values if kept], bins=edges, color="#8172b2",
+                        label="kept")
+            if f.expect and f.expect[0] < f.expect[1]:
+                ax.axvspan(*f.expect, color="#55a868", alpha=0.12, label="expected")
+            for x in f.lines(settings):
+                ax.axvline(x, color="#c44e52", ls="--", lw=1)
+            ax.set_title(f.label, fontsize=8)
+            ax.set_ylabel("pairs")
+            ax.legend(fontsize=7)
+        fig.suptitle(f"Check: {check.name}")
+        save(fig, f"check_{check.name}.png")
 
-    fig, ax = plt.subplots(figsize=(7, 3.2))
-    t = data.thresholds
-    ratios = df["length_ratio"].dropna() if len(df) else []
-    lo = min([t.min_length_ratio * 0.9, *list(ratios)]) if len(ratios) else 0.5
-    hi = max([t.max_length_ratio * 1.1, *list(ratios)]) if len(ratios) else 1.7
-    edges = [lo + (hi - lo) * i / 30 for i in range(31)]
-    ax.hist(list(ratios), bins=edges, color="#8172b2", alpha=0.5, label="all judged")
-    if len(df):
-        ax.hist(list(df.loc[df["kept"], "length_ratio"]), bins=edges, color="#8172b2", label="kept")
-    ax.axvspan(*LENGTH_BAND, color="#55a868", alpha=0.12, label="0.85-1.15 (median target)")
-    for x in (t.min_length_ratio, t.max_length_ratio):
-        ax.axvline(x, color="#c44e52", ls="--", lw=1)
-    ax.set_xlabel("length ratio (rejected words / chosen words); dashed: filter thresholds")
-    ax.set_ylabel("pairs")
-    ax.set_title("Length ratio")
-    ax.legend(fontsize=8)
-    save(fig, "length_ratio.png")
-
+    shares = [f for _, f in figures.declared() if f.summary == "share"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.4))
     for ax, by in zip(axes, ("strategy", "category"), strict=True):
-        rows = breakdown(df, by) if len(df) else []
-        names = [r[by].replace("_and_", " & ").replace("_", " ") for r in rows]
-        xs = range(len(rows))
-        ax.bar([x - 0.2 for x in xs], [r["keep_rate"] for r in rows], 0.4, label="keep rate")
-        ax.bar(
-            [x + 0.2 for x in xs],
-            [r["blind_accuracy"] if r["blind_accuracy"] is not None else 0 for r in rows],
-            0.4,
-            label="blind accuracy (decisive verdicts)",
-        )
-        for x, r in zip(xs, rows, strict=True):  # how many verdicts each bar rests on
-            label = f"{r['blind_k']}/{r['blind_n']}" if r["blind_n"] else "no verdict"
-            ax.text(x + 0.2, (r["blind_accuracy"] or 0) + 0.02, label, ha="center", fontsize=7)
+        groups = breakdown(rows, by) if rows else []
+        names = [g[by].replace("_and_", " & ").replace("_", " ") for g in groups]
+        width = 0.8 / (1 + len(shares))
+        xs = range(len(groups))
+        ax.bar([x - 0.4 + width / 2 for x in xs], [g["keep_rate"] for g in groups], width,
+               label="keep rate")
+        for i, f in enumerate(shares, 1):
+            found = [g["figures"].get(f.key) for g in groups]
+            xi = [x - 0.4 + width * (i + 0.5) for x in xs]
+            ax.bar(xi, [(s or {}).get("value") or 0 for s in found], width, label=f.label)
+            for x, s in zip(xi, found, strict=True):  # how many trials each bar rests on
+                label = f"{s['k']}/{s['n']}" if s and s.get("n") else "n/a"
+                ax.text(x, ((s or {}).get("value") or 0) + 0.02, label, ha="center", fontsize=7)
         ax.axhline(0.5, color="grey", ls=":", lw=1)
         ax.set_xticks(list(xs), names, fontsize=8)
-        ax.set_ylim(0, 1.05)
+        ax.set_ylim(0, 1.1)
         ax.set_title(f"By {by}")
-    axes[0].legend(fontsize=8)
+    axes[0].legend(fontsize=7)
     save(fig, "breakdowns.png")
     return files
 
@@ -348,7 +249,7 @@ def rubric_agreement(rubrics: list[RubricRecord]) -> dict | None:
         return None
     of = sum(a.of for a in found)
     hit = sum(a.found for a in found)
-    return {"found": hit, "of": of, "share": _round(hit / of) if of else None,
+    return {"found": hit, "of": of, "share": round(hit / of, 3) if of else None,
             "tasks": len(found), "all_found": sum(a.found == a.of for a in found)}  # fmt: skip
 
 
@@ -371,27 +272,34 @@ def recipe(data: RunData) -> dict:
     }
 
 
+def figure_table(found: dict[str, list[dict]]) -> list[dict]:
+    """One line per figure: its text over all judged pairs and over the kept ones."""
+    kept = {s["key"]: s for s in found["kept"]}
+    return [{"label": s["label"], "warn": s["warn"] or kept.get(s["key"], {}).get("warn", False),
+             "all": s["text"], "all_pairs": s["pairs"],
+             "kept": kept.get(s["key"], {}).get("text", "–"),
+             "kept_pairs": kept.get(s["key"], {}).get("pairs", 0)}
+            for s in found["all judged"]]  # fmt: skip
+
+
 def compute(data: RunData, worst_n: int = WORST_N) -> dict:
-    df = frame(data.filters)
-    kept = [f for f in data.filters if f.kept]
-    blind = {"all judged": blind_accuracy(data.filters), "kept": blind_accuracy(kept)}
-    lengths = {"all judged": median_length_ratio(data.filters), "kept": median_length_ratio(kept)}
+    rows = pair_rows(data.filters)
+    found = {"all judged": figures.summarize_all([r["figures"] for r in rows]),
+             "kept": figures.summarize_all([r["figures"] for r in rows if r["kept"]])}  # fmt: skip
     return {
         "run_id": data.run_dir.name,
         "run_dir": str(data.run_dir),
         "simulated": data.manifest.get("simulated"),
         "recipe": recipe(data),
         "funnel": funnel(data),
-        "blind": blind,
-        "median_length_ratio": lengths,
-        "length_band": list(LENGTH_BAND),
-        "warnings": warnings_for(blind, lengths),
-        "by_strategy": breakdown(df, "strategy") if len(df) else [],
-        "by_category": breakdown(df, "category") if len(df) else [],
-        "quality": {
-            side: _round(df[f"quality_{side}"].mean()) if len(df) else None
-            for side in ("chosen", "rejected")
-        },
+        "figures": found,
+        "figure_table": figure_table(found),
+        # the figures the breakdown tables show, one column each
+        "columns": [[s["key"], s["label"]] for s in found["all judged"]
+                    if s["key"] in figures.in_breakdowns()],
+        "warnings": [w for subset, f in found.items() for w in figures.warnings(subset, f)],
+        "by_strategy": breakdown(rows, "strategy"),
+        "by_category": breakdown(rows, "category"),
         "flags": dict(Counter(fl for f in data.filters for fl in f.flags)),
         "worst": worst_pairs(data.filters, worst_n),
         "thresholds": data.thresholds.model_dump(),
@@ -463,7 +371,7 @@ def write_report(run: str | Path, worst_n: int = WORST_N, judge=None) -> Path:
         raise AuditError(f"{run_dir}: no personas.jsonl: not a run, or it has not started")
     out = run_dir / "audit"
     report = compute(data, worst_n)
-    report["plots"] = _plots(data, frame(data.filters), report["funnel"], out / "plots")
+    report["plots"] = _plots(data, pair_rows(data.filters), report["funnel"], out / "plots")
     release = run_dir / "release"
     report["probes"] = None
     if (release / "README.md").exists():  # the released pairs, as anyone else would read them

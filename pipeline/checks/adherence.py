@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from pipeline.checks.base import Call, Check
+from pipeline.checks.base import Call, Check, Figure
 from pipeline.records import Record
 
 ASPECTS = [{"aspect": "An aspect", "evidence": "[p1] 'sample'", "reason": "A reason."}]
@@ -77,6 +77,10 @@ CHECK = Check(
         "adherence_rejected": "float64",
     },
     released=lambda r: {"adherence_chosen": r.chosen, "adherence_rejected": r.rejected},
-    frame=lambda r: {"adherence_chosen": r.chosen, "adherence_rejected": r.rejected},
+    figures=(
+        Figure("adherence", "aspects satisfied (adherence judge)", lambda v: (
+            None if v.get("adherence_chosen") is None or v.get("adherence_rejected") is None
+            else (v["adherence_chosen"], v["adherence_rejected"])), "sides", breakdown=True),
+    ),  # fmt: skip
     severity=lambda r: ((1 - r.chosen) if r.chosen is not None else 0) + (r.rejected or 0),
 )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
@@ -32,6 +32,31 @@ class Call:
 
 def _none(*_: object) -> list:
     return []
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number the audit and `prb compare` show for a check. It reads a pair as released
+    (the check's `pair_checks` sub-fields and top-level columns: `Check.view`), so the same
+    reader serves a prb run and any release that carries those columns.
+
+    summary: how pairs add up. `mean`/`median` of a number per pair; `share`: the pair gives
+    (successes, trials) and the figure is their ratio with a Wilson interval; `sides`: the pair
+    gives (chosen, rejected) and each side is averaged (plotted as twin histograms)."""
+
+    key: str
+    label: str
+    value: Callable[[dict], Any]  # the pair's view -> its number (None: not measured)
+    summary: Literal["mean", "median", "share", "sides"] = "mean"
+    fmt: str = "{:.3f}"
+    # where the figure should lie: a summary (or, for `share`, its whole interval) outside it is
+    # a warning, with `warning` saying why it matters
+    expect: tuple[float, float] | None = None
+    warning: str = ""
+    plot: bool = True  # a panel in the check's plot (not for `share`)
+    breakdown: bool = False  # a column of the per-strategy and per-category tables
+    span: tuple[float, float] | None = None  # the plot's x range (None: the data's)
+    lines: Callable[[Any], tuple[float, ...]] = lambda _: ()  # settings -> thresholds drawn
 
 
 @dataclass(frozen=True)
@@ -58,10 +83,19 @@ class Check:
     flags: Callable[[Any], list[str]] = _none  # warnings recorded whether or not it drops
     # release: top-level columns it adds: name -> (dtype names, card text, value of a result)
     columns: dict[str, tuple[Any, str, Callable[[Any], Any]]] = field(default_factory=dict)
-    # audit: per-pair numbers for the report's table, and how far the pair is from "only
-    # personal fit" (adds to its severity ranking)
-    frame: Callable[[Any], dict] = lambda _: {}
-    severity: Callable[[Any], float] = lambda _: 0.0
+    # audit: its figures, and how far a pair is from "only personal fit" (the worst-pairs rank)
+    figures: tuple[Figure, ...] = ()  # audit and compare: what it shows, in order
+    severity: Callable[[Any], float] = lambda _: 0.0  # audit: ranks the worst pairs
+
+    def view(self, result: Any) -> dict:
+        """A result as the release holds it: its `pair_checks` sub-fields and its columns."""
+        return self.released(result) | {c: fn(result) for c, (_, _, fn) in self.columns.items()}
+
+    def row_view(self, row: dict) -> dict | None:
+        """The same view of a released row (prb's or anyone's); None if it has none of it."""
+        checks = row.get("pair_checks") if isinstance(row.get("pair_checks"), dict) else {}
+        out = {k: checks.get(k) for k in self.features} | {c: row.get(c) for c in self.columns}
+        return out if any(v is not None for v in out.values()) else None
 
     def read(self, record: FilterRecord) -> Any:
         """This check's result on a filtered pair, or None if it did not run (or failed)."""

@@ -5,7 +5,7 @@ position bias, not a preference."""
 
 from __future__ import annotations
 
-from pipeline.checks.base import Call, Check
+from pipeline.checks.base import Call, Check, Figure
 from pipeline.records import BlindCheck, Record
 
 
@@ -64,6 +64,18 @@ def trials(r: BlindCheck | None) -> tuple[int, int, int]:
     return k, n, ties
 
 
+def released_trials(view: dict) -> tuple[int, int, int] | None:
+    ab, ba = view.get("blind_ab"), view.get("blind_ba")
+    if ab not in ("A", "B", "tie") or ba not in ("A", "B", "tie"):
+        return None
+    return trials(BlindCheck(ab=ab, ba=ba, picked=pick(ab, ba)))
+
+
+def _part(view: dict, which: int | slice):
+    found = released_trials(view)
+    return None if found is None else found[which]
+
+
 CHECK = Check(
     name="blind",
     order=30,
@@ -88,9 +100,16 @@ CHECK = Check(
         "blind_picked": "string",
     },
     released=lambda r: {"blind_ab": r.ab, "blind_ba": r.ba, "blind_picked": r.picked},
-    frame=lambda r: (
-        dict(zip(("blind_k", "blind_n"), trials(r)[:2], strict=True))
-        | {"blind_separated": r.picked != "none"}
-    ),
+    figures=(
+        Figure("blind", "persona-blind judge picks chosen (decisive verdicts, both orders)",
+               lambda v: _part(v, slice(0, 2)), "share", fmt="{:.1%}", expect=(0.5, 0.5),
+               warning="the answers differ in general quality, not only in personal fit",
+               breakdown=True),
+        Figure("blind_ties", "persona-blind ties per pair (of 2 orders)", lambda v: _part(v, 2),
+               plot=False),
+        Figure("blind_separated", "pairs the blind judge tells apart in both orders",
+               lambda v: None if v.get("blind_picked") is None else
+               float(v["blind_picked"] != "none"), fmt="{:.1%}", plot=False),
+    ),  # fmt: skip
     severity=lambda r: 2 * (r.picked != "none"),
 )

@@ -10,7 +10,7 @@ other than this user: dropped as `counterfactual_not_personal`. Four calls per p
 
 from __future__ import annotations
 
-from pipeline.checks.base import Call, Check
+from pipeline.checks.base import Call, Check, Figure
 from pipeline.contrast import User, contrasts
 from pipeline.records import Record, advantage
 
@@ -103,6 +103,15 @@ CHECK = Check(
               "advantage_contrast": "float64"},
     released=lambda r: {"contrast_user": r.contrast_user, "advantage_true": r.advantage_true,
                         "advantage_contrast": r.advantage_contrast},
-    frame=lambda r: {"counterfactual_personal": not not_personal(r)},
+    figures=(
+        Figure("counterfactual_survival", "chosen keeps its advantage under a contrasting user",
+               lambda v: None if v.get("advantage_true") is None else float(
+                   v["advantage_true"] > 1.0
+                   and v["advantage_contrast"] >= v["advantage_true"]), fmt="{:.1%}",
+               plot=False, breakdown=True),
+        Figure("counterfactual", "chosen's advantage (0–2): true user, contrasting user",
+               lambda v: None if v.get("advantage_true") is None else
+               (v["advantage_true"], v["advantage_contrast"]), "sides"),
+    ),
     severity=lambda r: 2.0 * not_personal(r),
 )  # fmt: skip

@@ -12,7 +12,7 @@ from collections import Counter
 
 from pydantic import Field
 
-from pipeline.checks.base import Check
+from pipeline.checks.base import Check, Figure
 from pipeline.records import Record
 from pipeline.stats import words
 
@@ -93,7 +93,14 @@ CHECK = Check(
                         "rejected_repeated_lines": r.rejected.repeated_lines,
                         "chosen_loop_share": r.chosen.loop_share,
                         "rejected_loop_share": r.rejected.loop_share},  # fmt: skip
-    frame=lambda r: {"degenerate_repeat": max(r.chosen.repeated_lines, r.rejected.repeated_lines)},
+    figures=(
+        Figure("repeated_lines", "share of lines repeated", lambda v: None
+               if v.get("chosen_repeated_lines") is None else
+               (v["chosen_repeated_lines"], v["rejected_repeated_lines"]), "sides"),
+        Figure("loop_share", "share of words in the most repeated 4-gram", lambda v: None
+               if v.get("chosen_loop_share") is None else
+               (v["chosen_loop_share"], v["rejected_loop_share"]), "sides"),
+    ),
     severity=lambda r: 3.0 * (max(r.chosen.repeated_lines, r.rejected.repeated_lines)
                               + max(r.chosen.loop_share, r.rejected.loop_share)),  # fmt: skip
 )

@@ -7,9 +7,9 @@ import math
 
 from pydantic import Field, model_validator
 
-from pipeline.checks.base import Check
+from pipeline.checks.base import Check, Figure
 from pipeline.records import Record
-from pipeline.stats import word_count
+from pipeline.stats import LENGTH_BAND, word_count
 
 
 class Settings(Record):
@@ -51,6 +51,11 @@ CHECK = Check(
     },
     features={"length_ratio": "float64"},
     released=lambda r: {"length_ratio": r.ratio},
-    frame=lambda r: {"length_ratio": r.ratio},
+    figures=(
+        Figure("length_ratio", "median length ratio (rejected/chosen words)",
+               lambda v: v.get("length_ratio"), "median", expect=LENGTH_BAND,
+               warning="length could stand in for personal fit",
+               lines=lambda s: (s.min_length_ratio, s.max_length_ratio), breakdown=True),
+    ),  # fmt: skip
     severity=lambda r: 4 * abs(math.log(max(r.ratio, 1e-3))),
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from pipeline.checks.base import Check
+from pipeline.checks.base import Check, Figure
 from pipeline.records import Record
 
 # the tags of the generation prompts' data blocks (prompts/chosen.yaml, rejected.yaml)
@@ -39,6 +39,10 @@ CHECK = Check(
     docs={"drop_prompt_echo": "drop a pair where an answer repeats the prompt's markup"},
     features={"chosen_echo": "bool", "rejected_echo": "bool"},
     released=lambda r: {"chosen_echo": r.chosen_echo, "rejected_echo": r.rejected_echo},
-    frame=lambda r: {"prompt_echo": r.chosen_echo or r.rejected_echo},
+    figures=(
+        Figure("prompt_echo", "pairs where an answer repeats the prompt's markup", lambda v: None
+               if v.get("chosen_echo") is None else float(v["chosen_echo"] or v["rejected_echo"]),
+               fmt="{:.1%}", plot=False),
+    ),
     severity=lambda r: 3.0 * (r.chosen_echo + r.rejected_echo),
 )

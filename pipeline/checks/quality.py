@@ -4,9 +4,11 @@ general quality would let a reward model win without knowing the user."""
 
 from __future__ import annotations
 
+import statistics
+
 from pydantic import Field
 
-from pipeline.checks.base import Call, Check
+from pipeline.checks.base import Call, Check, Figure
 from pipeline.records import QualityScores, Record
 
 SCORES = {k: "int32" for k in ("correctness", "relevance", "helpfulness")}
@@ -39,6 +41,28 @@ def measure(pair, done, _) -> Result:
     if r.chosen and r.rejected:
         r.gap = round(abs(r.chosen.mean - r.rejected.mean), 4)
     return r
+
+
+def sides(criterion: str):
+    """A released pair's judge score for each answer: one criterion, or their mean."""
+
+    def value(view: dict) -> tuple[float, float] | None:
+        q = view.get("quality") or {}
+        scores = [q.get(side) for side in ("chosen", "rejected")]
+        if not all(isinstance(s, dict) for s in scores):
+            return None
+        picked = [[s.get(c) for c in SCORES] if criterion == "mean" else [s.get(criterion)]
+                  for s in scores]  # fmt: skip
+        if any(x is None for xs in picked for x in xs):
+            return None
+        return statistics.fmean(picked[0]), statistics.fmean(picked[1])
+
+    return value
+
+
+def gap(view: dict) -> float | None:
+    both = sides("mean")(view)
+    return None if both is None else both[0] - both[1]
 
 
 def decide(r: Result, s: Settings) -> list[str]:
@@ -76,15 +100,18 @@ CHECK = Check(
             {"chosen": SCORES, "rejected": SCORES},
             "judge scores 1–5 (correctness, relevance, helpfulness) for each answer",
             lambda r: {
-                "chosen": r.chosen.model_dump(exclude={"rationale"}),
-                "rejected": r.rejected.model_dump(exclude={"rationale"}),
+                side: s.model_dump(exclude={"rationale"}) if (s := getattr(r, side)) else None
+                for side in ("chosen", "rejected")
             },
         )
     },
-    frame=lambda r: {
-        "quality_chosen": r.chosen.mean if r.chosen else None,
-        "quality_rejected": r.rejected.mean if r.rejected else None,
-        "quality_gap": r.gap,
-    },
+    figures=(
+        Figure("quality", "judge score, mean of three (1–5)", sides("mean"), "sides",
+               span=(0.75, 5.25)),
+        *(Figure(f"quality_{c}", f"{c} (1–5)", sides(c), "sides", span=(0.75, 5.25))
+          for c in SCORES),
+        Figure("quality_gap", "quality gap, chosen − rejected (1–5)", gap, fmt="{:+.3f}",
+               plot=False, breakdown=True),
+    ),  # fmt: skip
     severity=lambda r: 3 * (r.gap or 0),
 )
