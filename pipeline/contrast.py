@@ -41,6 +41,26 @@ def _similarity(a: User, b: User) -> float:
     return len(wa & wb) / len(wa | wb) if wa | wb else 1.0
 
 
+def partners(users: dict[str, User]) -> dict[str, User]:
+    """item id -> a contrasting user, chosen so that users contrast in mutual couples: the most
+    conflicting couples of a category first, each user in one couple. Every user is then
+    somebody's contrast about as often as they are themselves (no user that many others
+    contrast with), so across a release each user's answers are as often `rejected` as they
+    are `chosen`. A user left over (an odd count) gets its best contrast."""
+    by_key: dict[str, User] = {}
+    for u in users.values():
+        by_key.setdefault(u.key, u)
+    ranked = sorted((_similarity(a, b), a.key, b.key) for a in by_key.values()
+                     for b in by_key.values() if a.key < b.key and a.category == b.category)
+    mate: dict[str, User] = {}
+    for _, a, b in ranked:
+        if a not in mate and b not in mate:
+            mate[a], mate[b] = by_key[b], by_key[a]
+    best = contrasts(users)
+    return {item: mate.get(u.key) or best[item] for item, u in users.items()
+            if u.key in mate or item in best}  # fmt: skip
+
+
 def contrasts(users: dict[str, User]) -> dict[str, User]:
     """item id -> the contrasting user for that item's user (absent: nobody else to pick)."""
     by_key = {}

@@ -315,6 +315,8 @@ class Pair(Record):
     chosen: str
     rejected: str
     rejected_strategy: str
+    # persona_swap: the user the rejected answer was written for (a contrasting user)
+    rejected_for: str | None = None
     generator_model: str
     prompt_versions: dict[str, str]
     calls: dict[str, str] = Field(default_factory=dict)

@@ -17,6 +17,9 @@ import numpy as np
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 
 THRESHOLD = 0.55  # a probe leaks when the lower end of its 95% interval is above this
+# a shallow user-aware baseline (profile overlap, BM25) makes a release "easy" when the lower end
+# of its interval is above this: a reward model must beat word matching by a margin to count
+EASY = 0.60
 LENGTH_BAND = (0.85, 1.15)  # the median rejected/chosen word ratio outside this: a leak
 MIN_VERDICT_PAIRS = 100  # no verdict from fewer pairs: a 95% interval is then ±0.1 or wider
 N_RESAMPLES = 1000

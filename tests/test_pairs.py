@@ -114,3 +114,47 @@ def test_strategies_miss_the_user_in_different_ways(by_strategy):
         if "novice" in wanted:  # a beginner's rejected answers speak to a practitioner
             assert all(by_tag["expert"].phrase in t for t in rejected.values())
     assert distinct >= 0.75 * len(task_ids)
+
+
+@pytest.fixture(scope="module")
+def swapped(run, tmp_path_factory):
+    """The same rubrics with the two strategies that write no instruction of their own kind."""
+    config, result = run
+    rubrics = list(StageFile(Path(result["run_dir"]), "rubrics", RubricRecord).read())
+    out = {}
+    for strategy in ("persona_swap", "lexical_decoy"):
+        cfg = load_config(config, generation__strategies=[strategy])
+        run_dir = tmp_path_factory.mktemp(strategy)
+        asyncio.run(make_pairs(cfg, run_dir, rubrics))
+        out[strategy] = {p.task.task_id: p for p in StageFile(run_dir, "pairs", Pair).read()}
+    return rubrics, out
+
+
+def test_persona_swap_rejects_with_the_answer_a_contrasting_user_gets(swapped, by_strategy):
+    """Its rejected answer is the chosen prompt's answer under another user's aspects, to the
+    same question and key points: its opening is some user's chosen opening, never this one's."""
+    rubrics, out = swapped
+    made = out["persona_swap"]
+    chosen_openers = {p.chosen.splitlines()[0] for p in by_strategy["ignore_aspects"].values()}
+    assert len(made) == 6
+    for p in made.values():
+        assert p.rejected_strategy == "persona_swap"
+        assert p.chosen == by_strategy["ignore_aspects"][p.task.task_id].chosen
+        assert p.rejected.splitlines()[0] in chosen_openers
+        assert p.rejected.splitlines()[0] != p.chosen.splitlines()[0]
+        for point in p.key_points:
+            assert point in p.rejected
+
+
+def test_lexical_decoy_borrows_the_users_words_and_misses_the_aspects(swapped):
+    from pipeline.sim.responder import keywords
+
+    by_tag = {s.tag: s for s in STYLES}
+    rubrics, out = swapped
+    for p in out["lexical_decoy"].values():
+        profile = set(keywords(" ".join(i.text for i in p.task.profile)))
+        assert len(profile & set(keywords(p.rejected))) > len(profile & set(keywords(p.chosen)))
+        wanted = {s.tag for s in styles_of([a.aspect for a in p.rubric_aspects])}
+        opener = p.rejected.splitlines()[0].lower()
+        assert not [t for t in wanted - {"bullets", "steps"}
+                    if t in by_tag and by_tag[t].marker.lower() in opener]  # fmt: skip

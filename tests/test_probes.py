@@ -37,12 +37,17 @@ def test_the_probes_flag_the_leaky_release_and_pass_the_controlled_one(releases)
     by_name = {p["name"]: p for p in fair["probes"]}
     assert by_name["length: longer wins"]["value"] == 0.5  # same length, every pair
     assert by_name["profile overlap"]["high"] <= 0.6
+    # mirror pairs (one user's chosen is another's rejected) stay in one fold: the classifier
+    # no longer learns a text with the opposite label and reads far below chance (was 0.32)
+    clf = by_name["answer-only classifier"]
+    assert clf["low"] <= 0.5 <= clf["high"], clf
 
     careless = probes.summary(probes.run_all(load_rows(releases["leaky"])[0]))
     assert careless["verdict"] == "leaky"
     assert {"length: longer wins", "length: median rejected/chosen ratio", "cue: hedges",
-            "cue: second person", "answer-only classifier", "profile overlap"} <= set(
-        careless["leaks"])  # fmt: skip
+            "cue: second person", "answer-only classifier"} <= set(careless["leaks"])
+    # profile overlap reads the user: a floor, reported as easy, never as a leak
+    assert "profile overlap" not in careless["leaks"] and "profile overlap" in careless["easy_by"]
     clf = {p["name"]: p for p in careless["probes"]}["answer-only classifier"]
     assert clf["value"] >= 0.9 and clf["low"] > probes.THRESHOLD
 
@@ -117,14 +122,16 @@ def test_the_demo_simulator_writes_a_controlled_release_and_leaky_plants_the_cue
 ):
     """The simulator used to write chosen answers that echoed the profile and a rejected
     register of their own (overlap baseline 78%, classifier 100% on the demo): newcomers saw a
-    leaky benchmark as the norm. Now every opening sentence is some user's chosen and another's
-    rejected; `--leaky` plants the cues on purpose."""
+    leaky benchmark as the norm. With persona_swap every rejected answer is another user's
+    chosen one; `--leaky` plants the cues on purpose in instructed rejected answers."""
     from conftest import build, write_config
 
     verdicts = {}
     for leak in (False, True):
         url = sim_factory(leaky=leak)
-        config = write_config(tmp_path / str(leak), url, personas={"per_category": 6})
+        mix = ["ignore_aspects", "wrong_tone"] if leak else ["persona_swap"]
+        config = write_config(tmp_path / str(leak), url, personas={"per_category": 6},
+                              generation={"strategies": mix})  # fmt: skip
         rows = load_rows(Path(build(config)["release_dir"]))[0]
         # too few pairs for a verdict: read each probe's own interval instead
         verdicts[leak] = {p.name for p in probes.run_all(rows) if p.leak}

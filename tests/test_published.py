@@ -304,8 +304,9 @@ def test_compare_reports_on_the_two_recipes(recipes, tmp_path):
     assert report["shared"] == 12 and report["matched_on"] == "user and question"
     a, b = report["a"], report["b"]
     assert a["keep"]["recipe"] == "published" and b["keep"]["recipe"] == "prb"
-    # no shared plan: the published answers differ in length; prb's share it exactly
-    assert b["shared"]["median_length_ratio"] == 1.0 and b["shared"]["chosen_longer"] == 0.0
+    # no shared plan: the published answers differ in length; prb's share the plan (a
+    # persona_swap answer opens with another user's sentences: longer or shorter alike)
+    assert b["shared"]["median_length_ratio"] == 1.0 and b["shared"]["chosen_longer"] <= 0.5
     assert a["shared"]["chosen_longer"] > 0
     assert a["shared"]["would_keep"] < 1.0 and b["shared"]["would_keep"] is None
     assert a["shared"]["probes"]["verdict"] == "too few pairs"  # 12 pairs: no verdict

@@ -29,7 +29,8 @@ from pipeline.stages.release import write_jsonl
 
 PUBLIC = ["id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen",
           "rejected"]  # fmt: skip
-PROVENANCE = ["persona_id", "question_id", "rejected_strategy", "quality", "pair_checks",
+PROVENANCE = ["persona_id", "question_id", "rejected_strategy", "rejected_for", "quality",
+              "pair_checks",
               "would_drop", "annotation", "generator_model", "judge_model",
               "prompt_versions"]  # fmt: skip
 CATEGORIES = ["Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture"]

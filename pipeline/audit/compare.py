@@ -110,6 +110,9 @@ ROWS = [
 ]
 
 
+FLAG = {"leakage": " LEAK", "floor": " EASY", "judge": " FLAG"}
+
+
 def show(value, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)
 
@@ -126,16 +129,17 @@ def table(report: dict) -> list[list[str]]:
                  for x in (a, b)]  # fmt: skip
         if any(c != "–" for c in cells):
             out.append([f"{f.label}", *cells])
-    names = [p["name"] for p in (a["all"]["probes"] or {}).get("probes", [])]
+    family = {p["name"]: p["family"] for p in (a["all"]["probes"] or {}).get("probes", [])}
+    names = list(family)
     for name in names:
         cells = []
         for part in ("shared", "all"):
             for x in (a, b):
                 found = {p["name"]: p for p in (x[part]["probes"] or {}).get("probes", [])}
                 p = found.get(name)
-                cells.append("–" if not p or p["value"] is None else
-                             f"{p['value']:.3f}" + (" LEAK" if p["leak"] else ""))  # fmt: skip
-        out.append([f"probe: {name}"] + cells)
+                flag = FLAG[p["family"]] if p and p["leak"] else ""
+                cells.append("–" if not p or p["value"] is None else f"{p['value']:.3f}{flag}")
+        out.append([f"{family[name]} probe: {name}"] + cells)
     for part_label, part in (("verdict", "probes"),):
         out.append([part_label] + [
             (x[p][part] or {}).get("verdict", "–") for p in ("shared", "all") for x in (a, b)

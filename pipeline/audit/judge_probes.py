@@ -2,12 +2,15 @@
 about the pairs with and without the user. Both use the `rm_pairwise` prompt through pipeline/llm/
 (cached like every call), in both A/B orders.
 
+- persona-aware: the judge sees the user's profile; it should pick chosen (flagged when its
+  interval's upper end is below 0.9).
 - persona-blind: the judge sees the question and the two answers, not the user. Accuracy over
   both orders (a tie half), and split by chosen shown as A and as B (position bias shows as a
-  gap). A leak when its 95% interval's lower end is above `probes.THRESHOLD`: the pairs are won
-  without the user.
+  gap). Flagged when its 95% interval lies beyond `probes.THRESHOLD` on either side of 0.5:
+  general quality separates the pairs.
 - counterfactual: the judge sees the user's profile, then a contrasting user's
-  (pipeline/contrast.py). Of the pairs the judge gives chosen more than half the points under
+  (pipeline/contrast.py; for a `persona_swap` pair, the user its rejected answer was written
+  for, `rejected_for`). Of the pairs the judge gives chosen more than half the points under
   the true profile, the share whose advantage survives the swap (at least as large): won on
   something other than this user. A leak when that share's lower end is above 0.5 - a release
   where most preferences do not depend on who the user is.
@@ -28,6 +31,8 @@ from pipeline.records import POINTS, advantage
 from pipeline.release.load import user_key
 from pipeline.stats import THRESHOLD, bootstrap, wilson
 
+AWARE = 0.9  # the persona-aware judge should reach this: below it, pairs miss the user
+
 
 async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
     prompt = load_prompt("rm_pairwise")
@@ -38,6 +43,10 @@ async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
         for r in rows
     }  # fmt: skip
     other = contrasts(users)
+    # persona_swap rows name the user their rejected answer was written for: the contrast
+    by_persona = {u.key: u for u in users.values()}
+    other |= {r["id"]: by_persona[r["rejected_for"]] for r in rows
+              if r.get("rejected_for") in by_persona}  # fmt: skip
 
     async def ask(ctx: str, q: str, a: str, b: str) -> str | None:
         try:
@@ -60,10 +69,23 @@ async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
             [(w, o) for w in contexts for o in ("ab", "ba")], verdicts, strict=True)}  # fmt: skip
 
     answers = await asyncio.gather(*(one(r) for r in rows))
-    found = [*blind(answers, seed), counterfactual(answers)]
+    found = [aware(answers, seed), *blind(answers, seed), counterfactual(answers)]
     for p in found:
         p.family = "judge"
     return found
+
+
+def aware(answers: list[dict], seed: int = 0) -> Probe:
+    """With the user's profile the judge should pick chosen (a high floor); flagged when the
+    interval's upper end is below 0.9: the pairs do not encode what the user wants."""
+    about = "a pairwise judge with the user's profile, both orders (should be high)"
+    scores = [POINTS[a["true_ab"]] for a in answers if a.get("true_ab")] + [
+        1.0 - POINTS[a["true_ba"]] for a in answers if a.get("true_ba")]
+    if not scores:
+        return Probe("judge, persona-aware", None, None, None, 0, about)
+    lo, hi = bootstrap(scores, seed)
+    return Probe("judge, persona-aware", float(np.mean(scores)), lo, hi, len(scores), about,
+                 leak=hi < AWARE)  # fmt: skip
 
 
 def blind(answers: list[dict], seed: int = 0) -> list[Probe]:
@@ -79,7 +101,8 @@ def blind(answers: list[dict], seed: int = 0) -> list[Probe]:
             out.append(Probe(name, None, None, None, 0, about))
             continue
         lo, hi = bootstrap(scores, seed)
-        verdict = lo > THRESHOLD if name == "judge, persona-blind" else None  # the splits: info
+        both = lo > THRESHOLD or hi < 1 - THRESHOLD  # either way: general quality separates
+        verdict = both if name == "judge, persona-blind" else None  # the splits: information
         out.append(Probe(name, float(np.mean(scores)), lo, hi, len(scores), about, verdict))
     return out
 

@@ -337,7 +337,9 @@ def probe_warnings(summary: dict) -> list[str]:
     if summary["verdict"] == "too few pairs":
         return [f"no verdict: {summary['pairs']} pairs, and the probes need at least "
                 f"{summary['min_pairs']} to give one"]  # fmt: skip
-    return [f"leakage probe: {name}" for name in summary["leaks"]]
+    return ([f"leakage probe: {name}" for name in summary["leaks"]]
+            + [f"floor probe (easy): {name}" for name in summary["easy_by"]]
+            + [f"judge probe: {name}" for name in summary["judge_flags"]])  # fmt: skip
 
 
 def is_run(target: str | Path) -> bool:

@@ -31,9 +31,9 @@ def audit(
     model: str = typer.Option(None, help="Judge model (default: the config's judge)."),
     sim: bool = typer.Option(False, help="Judge with the bundled simulator (implies --judge)."),
 ):  # fmt: skip
-    """Report on a run (funnel, scores, length ratios, persona-blind accuracy, leakage probes)
-    or on any release (the leakage probes: what separates chosen from rejected without the
-    user); --judge adds the judge probes."""
+    """Report on a run (funnel, each check's figures, the probes) or on any release (the
+    probes, in three families: leakage without the user, shallow user-aware floors, and with
+    --judge the judge probes)."""
     import contextlib
     import json
 
@@ -71,7 +71,7 @@ def compare(
     out: Path = typer.Option(None, help="Report folder (default: outputs/compare/<A>-vs-<B>)."),
 ):  # fmt: skip
     """Two releases side by side, on the pairs they share (same user and question) and whole:
-    lengths, leakage probes, quality gap, persona-blind judge, adherence, keep rates."""
+    lengths, the probes (leakage, floors), each check's figures, keep rates."""
     from pipeline.audit.compare import compare as run_compare
     from pipeline.audit.compare import release_name
     from pipeline.errors import safe_name

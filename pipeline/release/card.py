@@ -131,6 +131,25 @@ def _limitations(manifest: Manifest, smallest: int, total: int) -> list[str]:
     return out
 
 
+def validity_md(found: dict) -> str:
+    """The probes' families as the card shows them: each probe with its value, interval and n."""
+    if not found:
+        return "Too few pairs to probe."
+    head = {"too few pairs": f"No verdict: {found['pairs']} pairs, and a verdict needs at least "
+                             f"{found['min_pairs']} (the intervals are too wide to fail a probe).",
+            "pass": "Verdict: **pass**: nothing but the user separates `chosen` from `rejected`.",
+            "leaky": "Verdict: **leaky**: an answer-only rule tells `chosen` from `rejected`.",
+            "easy": "Verdict: **easy**: no leak, but matching the user's words wins."}  # fmt: skip
+    out = [head.get(found["verdict"], found["verdict"])]
+    for fam in found["families"]:
+        rows = [[p["name"], "n/a" if p["value"] is None else f"{p['value']:.3f}",
+                 "" if p["low"] is None else f"{p['low']:.3f}–{p['high']:.3f}", p["n"],
+                 fam["flag"].upper() if p["leak"] else ""] for p in fam["probes"]]  # fmt: skip
+        out += [f"**{fam['title']}** ({fam['rule']})",
+                _table(["probe", "value", "95% interval", "pairs", "flag"], rows)]
+    return "\n\n".join(out)
+
+
 def render_card(
     manifest: Manifest, about: dict[str, str], features: datasets.Features = FEATURES
 ) -> str:
@@ -191,6 +210,7 @@ def render_card(
         "strategies": ", ".join(f"`{k}` {v}" for k, v in stats["rejected_strategies"].items())
         or "none",
         "blind": {k: blind.get(k, 0) for k in ("chosen", "rejected", "none")},
+        "validity_md": validity_md(manifest.validity),
         "generator": manifest.models["generator"],
         "judge": manifest.models["judge"],
         "model_seed": manifest.seeds["model"],

@@ -50,6 +50,8 @@ class Manifest(BaseModel):
     tokens: dict
     cost: dict
     files: dict[str, str] = {}
+    # the model-free probes on the released rows (leakage, floors): verdict, n, intervals
+    validity: dict = {}
     served_by: list[str] = []  # what answered those calls: prb-simulator, endpoint
 
     @property

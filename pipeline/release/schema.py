@@ -38,6 +38,7 @@ _BEFORE_CHECKS = {  # column -> (dtype names, card text)
     "persona_id": (_S, "the persona in prb's library"),
     "question_id": (_S, "the question in prb's question pools"),
     "rejected_strategy": (_S, "how `rejected` misses the aspects (e.g. `wrong_tone`)"),
+    "rejected_for": (_S, "`persona_swap`: the persona the rejected answer was written for"),
 }  # fmt: skip
 _AFTER_CHECKS = {
     "would_drop": ([_S], "what the checks would have dropped this pair for, when they only "
@@ -95,6 +96,7 @@ def to_row(f: FilterRecord, ann: AnnotationRecord) -> dict:
         "persona_id": p.task.persona.persona_id,
         "question_id": p.task.question_id,
         "rejected_strategy": p.rejected_strategy,
+        "rejected_for": p.rejected_for,
     }
     results = {c.name: c.read(f) for c in CHECKS}
     for c in CHECKS:

@@ -31,7 +31,7 @@ def _not_found(what: str, ident: str) -> JSONResponse:
 
 
 def answer_line(
-    line: dict, models: tuple[str, ...], degrade_rate: float, leaky: bool = False,
+    line: dict, models: tuple[str, ...], degrade_rate: float, leaky: float = 0.0,
     degenerate_rate: float = 0.0,
 ) -> dict:
     """One Batch API output line for one input line."""
@@ -122,7 +122,7 @@ def make_router(opts, models: tuple[str, ...]) -> APIRouter:
         lines = [json.loads(x) for x in files[batch["input_file_id"]]["data"].splitlines() if x]
         out, errors = [], []
         for i, line in enumerate(lines):
-            result = answer_line(line, models, opts.degrade_rate, opts.leaky,
+            result = answer_line(line, models, opts.degrade_rate, opts.leaky and opts.leaky_rate,
                                  opts.degenerate_rate)
             (out if result["error"] is None else errors).append(json.dumps(result))
             opts.stats["batch_lines"] += 1

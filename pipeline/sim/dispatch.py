@@ -41,12 +41,13 @@ def respond(
     model: str,
     seed: int | None,
     degrade_rate: float = 0.0,
-    leaky: bool = False,
+    leaky: float = 0.0,
     degenerate_rate: float = 0.0,
 ) -> str:
     """The answer to one chat request. `degrade_rate` turns that fraction of rejected answers
     (chosen by request hash, so deterministically) into an unhelpful one, for testing filters;
-    `leaky` writes rejected answers that differ in more than personal fit (for the probes);
+    `leaky` writes that fraction of rejected answers (True: all) so that they differ in more
+    than personal fit (for the probes and the artifact gate);
     `degenerate_rate` makes that fraction of rejected answers one line said six times, as a
     weak model writes them (for the model-free quality floor)."""
     system = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "system")
@@ -58,7 +59,8 @@ def respond(
         "planner": lambda: responder.planner(t, rng),
         "content_plan": lambda: responder.content_plan(t, rng),
         "chosen": lambda: responder.chosen(t, system, rng),
-        "rejected": lambda: responder.rejected(t, system, rng, leaky),
+        "rejected": lambda: responder.rejected(
+            t, system, rng, responder.rng_for("leak", messages).random() < float(leaky)),
         "judge_quality": lambda: responder.judge_quality(t, rng),
         "judge_adherence": lambda: responder.judge_adherence(t, rng),
         "judge_blind": lambda: responder.judge_blind(t, rng),

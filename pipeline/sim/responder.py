@@ -554,6 +554,20 @@ def _misfit_styles(styles: list[Style], strategy: str, rng: random.Random) -> li
     return picks
 
 
+def _borrow(text: str, own: list[str]) -> str:
+    """A lexical decoy: the user's own words put in place of as many plain words of `text`
+    (never a second-person word), so the answer looks tailored and keeps its length."""
+    words = text.split(" ")
+    slots = [i for i, w in enumerate(words) if w.isalpha() and w.lower() not in YOU_WORDS
+             and len(w) > 3][-len(own):]  # fmt: skip
+    for i, w in zip(slots, own, strict=False):
+        words[i] = w
+    return " ".join(words)
+
+
+YOU_WORDS = {"you", "your", "yours", "yourself"}
+
+
 def rejected(t: dict[str, str], system: str, rng: random.Random, leaky: bool = False) -> str:
     """Same key points, same order, about the same length as the chosen answer, opening with
     the sentences of styles this user does not want (the opposite ones where they exist); it
@@ -566,6 +580,10 @@ def rejected(t: dict[str, str], system: str, rng: random.Random, leaky: bool = F
     fmt = _rejected_layout(strategy, wanted, rng)
     if not leaky:
         opener = " ".join(s.phrase for s in _misfit_styles(styles, strategy, rng))
+        if strategy == "lexical_decoy":  # the user's own words, none of their aspects
+            own = keywords(t.get("past_posts", ""))
+            if own:  # in place of some of the opener's words: the same length and cues
+                opener = _borrow(opener, rng.sample(own, min(3, len(own))))
         return trim(f"{opener or 'Here is what I would suggest.'}\n{layout(points, fmt)}",
                     budget(system))  # fmt: skip
     points = [f"It may depend, but perhaps {p[0].lower()}{p[1:]}" for p in points[:-1]]

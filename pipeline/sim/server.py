@@ -45,6 +45,7 @@ class SimOptions:
     degrade_rate: float = 0.0
     degenerate_rate: float = 0.0  # rejected answers that repeat one line (the quality floor)
     leaky: bool = False  # rejected answers shorter, hedged, in a register of their own
+    leaky_rate: float = 1.0  # with leaky: the share of rejected answers written so (by hash)
     seed: int = 0
     fault_tasks: str = ""  # comma-separated prompt tasks the faults hit (X-PRB-Task); "" = all
     retry_after: str = "0"  # the 429s' Retry-After header; "" sends none
@@ -236,7 +237,7 @@ def create_app(opts: SimOptions) -> FastAPI:
             body["model"],
             body.get("seed"),
             opts.degrade_rate,
-            opts.leaky,
+            opts.leaky and opts.leaky_rate,
             opts.degenerate_rate,
         )
         finish_reason = "stop"
@@ -302,6 +303,7 @@ OPTION_FLAGS = {
     "degrade_rate": "--degrade-rate",
     "degenerate_rate": "--degenerate-rate",
     "leaky": "--leaky",
+    "leaky_rate": "--leaky-rate",
     "fault_tasks": "--fault-tasks",
     "retry_after": "--retry-after",
     **{name: "--" + name.replace("_", "-") for name in extra_faults.EXTRA_RATES},

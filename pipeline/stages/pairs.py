@@ -1,7 +1,8 @@
 """Stage 4 — pairs: one shared content plan, then a chosen answer that follows every aspect and
 a rejected answer with the same key points and word budget that misses them by a named strategy
 (the `strategies:` table of prompts/rejected.yaml). Equal general quality comes from the shared
-plan; the filters stage checks it held.
+plan; the filters stage checks it held. One strategy, `persona_swap`, writes no instruction:
+its rejected answer is the chosen prompt's answer for a contrasting user.
 
 The recipe names the two prompt files (`generation.chosen_prompt`, `rejected_prompt`) and
 whether the content plan comes first (`generation.content_plan`): the published recipe writes
@@ -10,6 +11,7 @@ same variables; each uses what it needs."""
 
 from __future__ import annotations
 
+from pipeline.contrast import User, partners
 from pipeline.llm.prompts import load_prompt
 from pipeline.llm.types import LLMError
 from pipeline.records import Dropped, Pair, RubricRecord, pair_id, stable_id
@@ -43,6 +45,27 @@ def strategies(cfg, prompt) -> list[str]:
     return cfg.generation.strategies or list(prompt.extra["strategies"])
 
 
+# the strategy whose rejected answer is the chosen prompt's answer for a contrasting user (the
+# same question and key points): across a release, chosen and rejected then come from one
+# distribution by construction, and nothing but fit to this user tells them apart
+SWAP = "persona_swap"
+
+
+def swap_partners(rubrics: Records) -> dict[str, tuple[str, list[dict], list[dict]]]:
+    """task id -> (persona id, aspects, profile) of its contrasting user: in mutual couples of
+    the same category, most conflicting first (pipeline/contrast.py `partners`)."""
+    users, seen = {}, {}
+    for rec in rubrics:
+        p = rec.task.persona
+        seen[rec.task.task_id] = (p.persona_id, [a.model_dump() for a in rec.rubric_aspects],
+                                  [i.model_dump() for i in rec.task.profile])  # fmt: skip
+        users[rec.task.task_id] = User(
+            key=p.persona_id, category=p.category,
+            aspects=" ".join(a.aspect for a in rec.rubric_aspects),
+            levels={f.dimension: f.level for f in p.preferences}, profile=rec.task.task_id)
+    return {task: seen[other.profile] for task, other in partners(users).items()}
+
+
 async def run(ctx: RunContext, rubrics: Records) -> Records:
     prompts = {role: load_prompt(t) for role, t in tasks_of(ctx.cfg).items()}
     versions = {p.task: p.ref for p in prompts.values()}
@@ -50,11 +73,16 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
     names = strategies(ctx.cfg, prompts["rejected"])
     model = ctx.cfg.model.generator
     budget = ctx.cfg.generation.word_budget
+    partners_of = swap_partners(rubrics) if SWAP in names else {}
+    others = [n for n in names if n != SWAP] or [n for n in instructions if n != SWAP]
 
     async def generate(rec: RubricRecord) -> Pair | Dropped:
         task = rec.task
         aspects = [a.model_dump() for a in rec.rubric_aspects]
         strategy = pick_strategy(task.task_id, names, ctx.cfg.seed)
+        rejected_for = None
+        if strategy == SWAP and task.task_id not in partners_of:  # nobody to swap with
+            strategy = pick_strategy(task.task_id, others, ctx.cfg.seed)
         profile = [i.model_dump() for i in task.profile]
         pid = pair_id(task.persona.persona_id, task.question, profile, versions)
 
@@ -70,8 +98,14 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
             common = {"question": task.question, "key_points": key_points, "aspects": aspects,
                       "word_budget": budget, "profile": profile}  # fmt: skip
             chosen = await ask("chosen", budget_tokens(budget), **common)
-            rejected = await ask("rejected", budget_tokens(budget), **common, strategy=strategy,
-                                 strategy_instruction=instructions[strategy])  # fmt: skip
+            if strategy == SWAP:
+                rejected_for, aspects_b, profile_b = partners_of[task.task_id]
+                rejected = await ask("chosen", budget_tokens(budget), **common | {
+                    "aspects": aspects_b, "profile": profile_b})  # fmt: skip
+            else:
+                rejected = await ask("rejected", budget_tokens(budget), **common,
+                                     strategy=strategy,
+                                     strategy_instruction=instructions[strategy])  # fmt: skip
         except LLMError as e:  # a PermanentLLMError is not one: the run stops
             return Dropped(
                 stage=STAGE.name, id=task.task_id, reason=f"generator_{e.kind}", detail=e.detail
@@ -85,6 +119,7 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
             chosen=chosen.value,
             rejected=rejected.value,
             rejected_strategy=strategy,
+            rejected_for=rejected_for,
             generator_model=model,
             prompt_versions=versions,
             calls=({"content_plan": plan.key} if plan else {})

@@ -80,6 +80,27 @@ def answers_used(cache: ResponseCache, keys_by_stage: dict[str, list[str]]
     return tokens, sorted(seen)
 
 
+PROBED = ("id", "question", "chosen", "rejected", "profile", "persona_id", "rejected_for",
+          "category")  # fmt: skip
+
+
+def validity(rows: list[dict]) -> dict:
+    """The model-free probes on the released rows, family by family (leakage, floors), with
+    n and intervals: what the card and the manifest say separates the pairs."""
+    from pipeline.audit import probes
+
+    found = probes.summary(probes.run_all(rows)) if len(rows) >= 2 else None
+    if found is None:
+        return {}
+    keep = ("name", "value", "low", "high", "n", "leak", "kind")
+    return {"verdict": found["verdict"], "pairs": found["pairs"],
+            "min_pairs": found["min_pairs"], "threshold": found["threshold"],
+            "easy": found["easy"], "families": [
+                {"family": f["family"], "title": f["title"], "rule": f["rule"],
+                 "flag": f["flag"], "probes": [{k: p[k] for k in keep} for p in f["probes"]]}
+                for f in found["families"]]}  # fmt: skip
+
+
 class ReleaseStats:
     """Figures about the released rows that the card reports (all derived, all deterministic),
     counted row by row as the rows stream past."""
@@ -90,8 +111,10 @@ class ReleaseStats:
         self.strategies: Counter[str] = Counter()
         self.blind: Counter[str] = Counter()
         self.verdicts: Counter[str] = Counter()
+        self.probed: list[dict] = []  # what the probes read of each row
 
     def add(self, row: dict) -> dict:
+        self.probed.append({k: row.get(k) for k in PROBED})
         self.n += 1
         for col in self.words:
             self.words[col] += word_count(row[col])
@@ -204,6 +227,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
             per_category=counts,
             num_bytes=arrow_bytes,
             stats=stats.summary(),
+            validity=validity(stats.probed),
             annotation=manifest_block(cfg, run_dir, annotations),
             tokens=tokens,
             cost=cost.summary(cfg, ctx.cache, ctx.keys, stats.n, roles(ctx.stages)),

@@ -1,25 +1,23 @@
-"""Model-free probes: can `chosen` be told from `rejected` without the user?
+"""The probes: what separates `chosen` from `rejected`, in three families reported apart.
 
-A pair should be separable only by how well each answer fits its user. Each probe below is a
-rule that never reads the user's profile (except `profile overlap`, which reads it only for
-shared words) and predicts which answer is `chosen`; its accuracy over the pairs, with a 95%
-interval, says how much of the benchmark such a rule solves:
+- **leakage** (answer only, never the user; only these can call a release `leaky`): length
+  (the longer answer wins; the median rejected/chosen word ratio, which must sit in
+  0.85-1.15), surface cues (list markers, headings, second person, hedges, exclamations,
+  readability: the answer with more of it wins), and the answer-only classifier (antisymmetric
+  logistic regression, cross-fitted with folds that keep a user and an answer text
+  together). Each rule's direction is fixed in advance, so a value below 0.5 is as much a leak
+  as one above: a probe leaks when its 95% interval lies beyond `THRESHOLD` (0.55) on either
+  side of 0.5.
+- **floor** (shallow user-aware baselines a reward model must beat): profile overlap and a
+  BM25 ranker against the profile. `easy` when the interval's lower end is above `EASY`
+  (0.60); never a leak, since personalization may well share the user's words.
+- **judge** (pipeline/audit/judge_probes.py, with `--judge`): persona-aware, persona-blind in
+  both orders, counterfactual.
 
-- length: the longer answer wins, or the shorter, whichever is right more often (also: the
-  share of pairs whose `chosen` is longer, and the median rejected/chosen word ratio, which
-  must sit in 0.85-1.15);
-- surface cues: for each of list markers, headings, second-person address, hedges,
-  exclamations and readability (Flesch reading ease), the answer with more of it wins, or the
-  one with less, whichever is right more often;
-- an answer-only classifier: logistic regression over the surface cues and word and character
-  n-grams of the two answers, cross-validated with folds grouped by user (one user's pairs
-  never span training and test);
-- profile overlap: the answer sharing more of its words with the profile wins.
-
-A tie counts half. Verdict: a probe **leaks** when the lower end of its 95% interval is above
-`THRESHOLD` (0.55): it beats a coin reliably, and by a margin. 0.5 is what a release where only
-personal fit separates the answers gives. No verdict is given from fewer than
-`MIN_VERDICT_PAIRS` (100) pairs: the figures are shown, the verdict is "too few pairs".
+A tie counts half. A probe is one module of this package declaring `PROBE` (or a plugin's
+entry point). No verdict from fewer than `MIN_VERDICT_PAIRS` (100) pairs: the figures are
+shown, the verdict is "too few pairs". Every leakage probe is checked by the null test
+(tests/test_validity.py): on a release relabelled by a fair coin per pair it reads 0.5.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ import statistics
 from pipeline.audit.probes.base import CUES, Probe, ProbeSpec, cues, readability  # noqa: F401
 from pipeline.audit.probes.classifier import classifier_probe  # noqa: F401
 from pipeline.registry import declared
-from pipeline.stats import LENGTH_BAND, MIN_VERDICT_PAIRS, THRESHOLD, words  # noqa: F401
+from pipeline.stats import EASY, LENGTH_BAND, MIN_VERDICT_PAIRS, THRESHOLD, words  # noqa: F401
 
 
 @functools.cache
@@ -52,17 +50,41 @@ def run_all(rows: list[dict], seed: int = 0) -> list[Probe]:
     return out
 
 
+# each family: the verdict its flagged probes give, what it asks, and what a flag means
+FAMILIES = {
+    "leakage": ("leaky", "Leakage: can chosen be told apart without the user?",
+                "answer only, never the user; a probe leaks when its 95% interval lies beyond "
+                f"{THRESHOLD} on either side of 0.5 (the median length ratio: outside "
+                f"{LENGTH_BAND[0]}–{LENGTH_BAND[1]})"),
+    "floor": ("easy", "Floors: how far does shallow word matching with the user get?",
+              "user-aware baselines a reward model must beat; easy when the lower end of the "
+              f"interval is above {EASY} (never a leak: personalization may share the user's "
+              "words)"),
+    "judge": ("judge flags", "Judges: what an LLM judge sees with and without the user",
+              "persona-aware (should be high), persona-blind in both orders (0.5: no general "
+              "quality gap), counterfactual (should rarely survive a swap of users)"),
+}  # fmt: skip
+
+
 def summary(probes: list[Probe]) -> dict:
-    """The verdict over the probes: none from fewer than MIN_VERDICT_PAIRS pairs, where an
-    interval is too wide to fail a probe (21 pairs "pass" at 0.67 accuracy)."""
+    """The verdict over the probes, family by family: `leaky` only from the leakage family,
+    `easy` from the floors. None from fewer than MIN_VERDICT_PAIRS pairs, where an interval is
+    too wide to fail a probe (21 pairs "pass" at 0.67 accuracy)."""
     pairs = max((p.n for p in probes), default=0)
     enough = pairs >= MIN_VERDICT_PAIRS
     shown = [p.as_dict() | ({} if enough else {"leak": None}) for p in probes]
-    leaks = [p.name for p in probes if p.leak] if enough else []
-    verdict = ("leaky" if leaks else "pass") if enough else "too few pairs"
-    return {"threshold": THRESHOLD, "length_band": list(LENGTH_BAND), "leaks": leaks,
+    flagged = {f: [p.name for p in probes if p.leak and p.family == f] if enough else []
+               for f in FAMILIES}  # fmt: skip
+    leaks, easy = flagged["leakage"], flagged["floor"]
+    verdict = ("leaky" if leaks else "easy" if easy else "pass") if enough else "too few pairs"
+    families = [{"family": f, "title": title, "rule": text, "flag": flag, "flagged": flagged[f],
+                 "probes": [p for p in shown if p["family"] == f]}
+                for f, (flag, title, text) in FAMILIES.items()
+                if any(p["family"] == f for p in shown)]  # fmt: skip
+    return {"threshold": THRESHOLD, "easy": EASY, "length_band": list(LENGTH_BAND),
+            "leaks": leaks, "easy_by": easy, "judge_flags": flagged["judge"],
             "verdict": verdict, "pairs": pairs, "min_pairs": MIN_VERDICT_PAIRS,
-            "probes": shown}  # fmt: skip
+            "probes": shown, "families": families}  # fmt: skip
 
 
 def plot(probes: list[Probe], path) -> None:

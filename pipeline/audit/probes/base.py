@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.stats import THRESHOLD, bootstrap, words
+from pipeline.stats import EASY, THRESHOLD, bootstrap, words
 
 _LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M)
 _HEADING = re.compile(r"^\s*(?:#{1,6}\s+\S|[A-Z][^.!?\n]{0,60}:\s*$)", re.M)
@@ -62,7 +62,7 @@ class Probe:
     high: float | None
     n: int
     about: str
-    leak: bool | None = None  # None: not enough pairs to say
+    leak: bool | None = None  # flagged (leakage: a leak; floor: easy); None: cannot say
     kind: str = "accuracy"  # "accuracy" (0.5 = chance) or "ratio"
     family: str = "leakage"  # its ProbeSpec's: leakage, floor or judge
 
@@ -87,12 +87,18 @@ class ProbeSpec:
     about: str
 
 
-def rule(name: str, about: str, scores: list[float], seed: int) -> Probe:
-    """A rule's accuracy from per-pair scores (1 right, 0 wrong, 0.5 tie)."""
+def rule(name: str, about: str, scores: list[float], seed: int, floor: bool = False) -> Probe:
+    """A fixed rule's accuracy from per-pair scores (1 right, 0 wrong, 0.5 tie). The rule's
+    direction is fixed in advance, never picked on the data (picking the better of "more wins"
+    and "less wins" reads above 0.5 on pairs with no signal), so its value may fall below 0.5:
+    then the opposite rule wins, and it leaks just as much. Leak: the interval lies wholly
+    beyond THRESHOLD on either side. A `floor` (a user-aware baseline) is flagged when the
+    interval's lower end is above EASY: the release is easy, not leaky."""
     if not scores:
         return Probe(name, None, None, None, 0, about)
     lo, hi = bootstrap(scores, seed)
-    return Probe(name, float(np.mean(scores)), lo, hi, len(scores), about, leak=lo > THRESHOLD)
+    flag = lo > EASY if floor else lo > THRESHOLD or hi < 1 - THRESHOLD
+    return Probe(name, float(np.mean(scores)), lo, hi, len(scores), about, leak=flag)
 
 
 def more_wins(a: float, b: float) -> float:

@@ -1,9 +1,7 @@
 """Surface cues: for each cue (list markers, headings, second person, hedges, exclamations,
-readability) the answer with more (or less) of it wins."""
+readability) the answer with more of it wins; a value below 0.5 means the one with less does."""
 
 from __future__ import annotations
-
-import numpy as np
 
 from pipeline.audit.probes.base import CUES, Probe, ProbeSpec, cues, more_wins, rule
 
@@ -13,14 +11,11 @@ def cue_probes(rows: list[dict], seed: int = 0) -> list[Probe]:
     out = []
     for cue in CUES:
         more = [more_wins(c[cue], r[cue]) for c, r in pairs]
-        less = [1.0 - s for s in more]
-        higher = np.mean(more) >= np.mean(less)
-        better = more if higher else less
         if cue == "readability":
-            about = f"the {'easier' if higher else 'harder'}-to-read answer wins"
+            about = "the easier-to-read answer wins (below 0.5: the harder one)"
         else:
-            about = f"the answer with {'more' if higher else 'fewer'} {cue} wins"
-        out.append(rule(f"cue: {cue}", about, better, seed))
+            about = f"the answer with more {cue} wins (below 0.5: the one with fewer)"
+        out.append(rule(f"cue: {cue}", about, more, seed))
     return out
 
 

@@ -19,14 +19,9 @@ def length_probes(rows: list[dict], seed: int = 0) -> list[Probe]:
     lo, hi = bootstrap(ratios, seed, stat=np.median)
     band = LENGTH_BAND
     longer_wins = [more_wins(c, r) for c, r in lengths]
-    if np.mean(longer_wins) >= 0.5:
-        best = rule("length: longer wins", "the longer answer is taken as chosen", longer_wins,
-                     seed)  # fmt: skip
-    else:  # a release whose chosen answers are the shorter ones leaks just as much
-        best = rule("length: shorter wins", "the shorter answer is taken as chosen",
-                     [1.0 - x for x in longer_wins], seed)  # fmt: skip
     return [
-        best,
+        rule("length: longer wins", "the longer answer is taken as chosen (below 0.5: the "
+             "shorter wins)", longer_wins, seed),
         Probe(
             "length: chosen is longer",
             float(np.mean(longer)),

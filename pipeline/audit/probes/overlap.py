@@ -18,7 +18,7 @@ def overlap_probe(rows: list[dict], seed: int = 0) -> Probe:
         profile = content_words(profile_text(r))
         scores.append(more_wins(share(r["chosen"], profile), share(r["rejected"], profile)))
     return rule("profile overlap", "the answer sharing more of its words with the profile "
-                 "wins", scores, seed)  # fmt: skip
+                 "wins", scores, seed, floor=True)  # fmt: skip
 
 
 PROBE = ProbeSpec("overlap", "floor", 40, lambda rows, seed=0: [overlap_probe(rows, seed)],

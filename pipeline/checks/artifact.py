@@ -1,0 +1,101 @@
+"""Artifact gate, model-free and run-level: the answer-only classifier (pipeline/audit/probes/
+classifier.py), cross-fitted over the run's pairs with folds grouped by user, and the pairs it
+picks `chosen` in confidently are dropped, in rounds, in the manner of AFLite (adversarial
+filtering: Sakaguchi et al. 2020; Le Bras et al. 2020). Each round refits on the pairs left, so
+an artifact a few pairs share is learnt and removed while personal fit, which no answer-only
+model can read, is kept. It runs with the other model-free checks, before any judge: a dropped
+pair costs no judge call.
+
+Every pair records its out-of-fold probability (of the last round it was scored in) and, if
+dropped, the round. Deterministic for a run's pairs and seed, so a resumed run decides alike.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from pipeline.checks.base import Check, Figure
+from pipeline.records import Record
+
+
+class Settings(Record):
+    artifact_confidence: float = Field(0.75, gt=0.5, le=1)
+    artifact_max_drop: float = Field(0.25, ge=0, le=1)
+    artifact_rounds: int = Field(6, ge=1)
+    artifact_min_pairs: int = Field(100, ge=10)
+    artifact_gate: bool = True
+
+
+class Result(Record):
+    probability: float | None = None  # out-of-fold P(chosen is chosen), answers only
+    round: int | None = None  # the round that dropped it
+    removed: bool = False
+
+
+def _row(pair) -> dict:
+    return {"chosen": pair.chosen, "rejected": pair.rejected,
+            "user": pair.task.persona.persona_id, "rejected_for": pair.rejected_for}  # fmt: skip
+
+
+def prepare(pairs, cfg) -> dict[str, Result]:
+    """AFLite over all the run's pairs: pair id -> its result."""
+    from pipeline.audit.probes.classifier import out_of_fold
+
+    pairs = list(pairs)
+    found = {p.pair_id: Result() for p in pairs}
+    if not cfg.artifact_gate or len(pairs) < cfg.artifact_min_pairs:
+        return found
+    alive = list(range(len(pairs)))
+    budget = int(cfg.artifact_max_drop * len(pairs))
+    for round_ in range(1, cfg.artifact_rounds + 1):
+        probs = out_of_fold([_row(pairs[i]) for i in alive], lambda r: r["user"], seed=round_)
+        if probs is None:
+            break
+        for i, p in zip(alive, probs, strict=True):
+            found[pairs[i].pair_id].probability = None if p is None else round(p, 4)
+        confident = sorted(((p, i) for i, p in zip(alive, probs, strict=True)
+                            if p is not None and p >= cfg.artifact_confidence), reverse=True)
+        # at most a tenth of what is left per round: the next fit shows what the rest leaks
+        take = confident[: min(budget, max(1, len(alive) // 10))]
+        if not take:
+            break
+        for _, i in take:
+            found[pairs[i].pair_id].round = round_
+            found[pairs[i].pair_id].removed = True
+        budget -= len(take)
+        gone = {i for _, i in take}
+        alive = [i for i in alive if i not in gone]
+    return found
+
+
+CHECK = Check(
+    name="artifact",
+    order=20,
+    settings=Settings,
+    result=Result,
+    prepare=prepare,
+    enabled=lambda s: s.artifact_gate,
+    measure=lambda pair, _, found: found[pair.pair_id],
+    decide=lambda r, s: ["artifact"] if r.removed else [],
+    about="the answer-only classifier's out-of-fold probability that chosen is chosen "
+    "(AFLite-style artifact gate), and the round that dropped the pair",
+    docs={
+        "artifact_confidence": "drop a pair the answer-only classifier (cross-fitted, folds "
+        "by user) picks chosen in with at least this probability:",
+        "artifact_max_drop": "the gate drops at most this share of the run's pairs:",
+        "artifact_rounds": "rounds of refitting on the pairs left (AFLite):",
+        "artifact_min_pairs": "the gate runs on runs of at least this many pairs:",
+        "artifact_gate": "run the artifact gate before the judges",
+    },
+    features={"artifact_probability": "float64", "artifact_round": "int32"},
+    released=lambda r: {"artifact_probability": r.probability, "artifact_round": r.round},
+    figures=(
+        Figure("artifact_probability", "answer-only P(chosen), out of fold",
+               lambda v: v.get("artifact_probability"), span=(0.0, 1.0)),
+        Figure("artifact_removed", "pairs the artifact gate drops",
+               lambda v: None if "artifact_round" not in v else
+               float(v["artifact_round"] is not None), fmt="{:.1%}", plot=False,
+               breakdown=True),
+    ),  # fmt: skip
+    severity=lambda r: 4.0 * max(0.0, (r.probability or 0.5) - 0.5),
+)
