@@ -20,16 +20,14 @@ from __future__ import annotations
 
 import asyncio
 
-import numpy as np
-
-from pipeline.audit.probes.base import Probe
+from pipeline.audit.probes.base import Probe, rule
 from pipeline.contrast import User, contrasts
 from pipeline.eval.rewards import user_context
 from pipeline.llm.prompts import load_prompt
 from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.records import POINTS, advantage
 from pipeline.release.load import user_key
-from pipeline.stats import THRESHOLD, bootstrap, wilson
+from pipeline.stats import wilson
 
 AWARE = 0.9  # the persona-aware judge should reach this: below it, pairs miss the user
 
@@ -81,11 +79,10 @@ def aware(answers: list[dict], seed: int = 0) -> Probe:
     about = "a pairwise judge with the user's profile, both orders (should be high)"
     scores = [POINTS[a["true_ab"]] for a in answers if a.get("true_ab")] + [
         1.0 - POINTS[a["true_ba"]] for a in answers if a.get("true_ba")]
-    if not scores:
-        return Probe("judge, persona-aware", None, None, None, 0, about)
-    lo, hi = bootstrap(scores, seed)
-    return Probe("judge, persona-aware", float(np.mean(scores)), lo, hi, len(scores), about,
-                 leak=hi < AWARE)  # fmt: skip
+    found = rule("judge, persona-aware", about, scores, seed)
+    if found.value is not None:  # flagged when too low, not when far from 0.5
+        found.leak = found.high < AWARE
+    return found
 
 
 def blind(answers: list[dict], seed: int = 0) -> list[Probe]:
@@ -97,13 +94,10 @@ def blind(answers: list[dict], seed: int = 0) -> list[Probe]:
         ("judge, persona-blind, chosen as A", as_a, "chosen shown first"),
         ("judge, persona-blind, chosen as B", as_b, "chosen shown second"),
     ):
-        if not scores:
-            out.append(Probe(name, None, None, None, 0, about))
-            continue
-        lo, hi = bootstrap(scores, seed)
-        both = lo > THRESHOLD or hi < 1 - THRESHOLD  # either way: general quality separates
-        verdict = both if name == "judge, persona-blind" else None  # the splits: information
-        out.append(Probe(name, float(np.mean(scores)), lo, hi, len(scores), about, verdict))
+        found = rule(name, about, scores, seed)  # off 0.5 either way: general quality separates
+        if name != "judge, persona-blind":
+            found.leak = None  # the position splits: information
+        out.append(found)
     return out
 
 

@@ -155,7 +155,8 @@ def worst_pairs(records: list[FilterRecord], n: int = WORST_N) -> list[dict]:
 # --- plots --------------------------------------------------------------------------------------
 
 
-def _plots(data: RunData, rows: list[dict], fun: list[dict], out: Path) -> dict[str, str]:
+def _plots(data: RunData, rows: list[dict], report: dict, out: Path) -> dict[str, str]:
+    """The report's plots, from the pair rows and the figures `compute` made of them."""
     import numpy as np
 
     from pipeline.reports import pyplot
@@ -172,8 +173,8 @@ def _plots(data: RunData, rows: list[dict], fun: list[dict], out: Path) -> dict[
         files[name.removesuffix(".png")] = f"plots/{name}"
 
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    stages = [f["stage"] for f in fun][::-1]
-    counts = [f["count"] for f in fun][::-1]
+    stages = [f["stage"] for f in report["funnel"]][::-1]
+    counts = [f["count"] for f in report["funnel"]][::-1]
     ax.barh(stages, counts, color="#4c72b0")
     for y, n in enumerate(counts):
         ax.text(n, y, f" {n}", va="center")
@@ -217,7 +218,7 @@ def _plots(data: RunData, rows: list[dict], fun: list[dict], out: Path) -> dict[
     shares = [f for _, f in figures.declared() if f.summary == "share"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.4))
     for ax, by in zip(axes, ("strategy", "category"), strict=True):
-        groups = breakdown(rows, by) if rows else []
+        groups = report[f"by_{by}"]
         names = [g[by].replace("_and_", " & ").replace("_", " ") for g in groups]
         width = 0.8 / (1 + len(shares))
         xs = range(len(groups))
@@ -282,8 +283,8 @@ def figure_table(found: dict[str, list[dict]]) -> list[dict]:
             for s in found["all judged"]]  # fmt: skip
 
 
-def compute(data: RunData, worst_n: int = WORST_N) -> dict:
-    rows = pair_rows(data.filters)
+def compute(data: RunData, rows: list[dict], worst_n: int = WORST_N) -> dict:
+    """Every figure of the report; `rows` are `pair_rows(data.filters)`."""
     found = {"all judged": figures.summarize_all([r["figures"] for r in rows]),
              "kept": figures.summarize_all([r["figures"] for r in rows if r["kept"]])}  # fmt: skip
     return {
@@ -372,8 +373,9 @@ def write_report(run: str | Path, worst_n: int = WORST_N, judge=None) -> Path:
     if not data.personas:
         raise AuditError(f"{run_dir}: no personas.jsonl: not a run, or it has not started")
     out = run_dir / "audit"
-    report = compute(data, worst_n)
-    report["plots"] = _plots(data, pair_rows(data.filters), report["funnel"], out / "plots")
+    rows = pair_rows(data.filters)  # every check's result read once, for figures and plots
+    report = compute(data, rows, worst_n)
+    report["plots"] = _plots(data, rows, report, out / "plots")
     release = run_dir / "release"
     report["probes"] = None
     if (release / "README.md").exists():  # the released pairs, as anyone else would read them

@@ -33,7 +33,7 @@ class Result(Record):
 
 
 def _row(pair) -> dict:
-    return {"chosen": pair.chosen, "rejected": pair.rejected,
+    return {"id": pair.pair_id, "chosen": pair.chosen, "rejected": pair.rejected,
             "user": pair.task.persona.persona_id, "rejected_for": pair.rejected_for}  # fmt: skip
 
 
@@ -41,31 +41,30 @@ def prepare(pairs, cfg) -> dict[str, Result]:
     """AFLite over all the run's pairs: pair id -> its result."""
     from pipeline.audit.probes.classifier import out_of_fold
 
-    pairs = list(pairs)
-    found = {p.pair_id: Result() for p in pairs}
-    if not cfg.artifact_gate or len(pairs) < cfg.artifact_min_pairs:
-        return found
-    alive = list(range(len(pairs)))
-    budget = int(cfg.artifact_max_drop * len(pairs))
+    rows = [_row(p) for p in pairs]  # one pass over the stage file: texts and ids only
+    found = [Result() for _ in rows]
+    if not cfg.artifact_gate or len(rows) < cfg.artifact_min_pairs:
+        return {r["id"]: f for r, f in zip(rows, found, strict=True)}
+    alive = list(range(len(rows)))
+    budget = int(cfg.artifact_max_drop * len(rows))
     for round_ in range(1, cfg.artifact_rounds + 1):
-        probs = out_of_fold([_row(pairs[i]) for i in alive], lambda r: r["user"], seed=round_)
+        probs = out_of_fold([rows[i] for i in alive], lambda r: r["user"], seed=round_)
         if probs is None:
             break
         for i, p in zip(alive, probs, strict=True):
-            found[pairs[i].pair_id].probability = None if p is None else round(p, 4)
+            found[i].probability = round(p, 4)
         confident = sorted(((p, i) for i, p in zip(alive, probs, strict=True)
-                            if p is not None and p >= cfg.artifact_confidence), reverse=True)
+                            if p >= cfg.artifact_confidence), reverse=True)
         # at most a tenth of what is left per round: the next fit shows what the rest leaks
         take = confident[: min(budget, max(1, len(alive) // 10))]
         if not take:
             break
         for _, i in take:
-            found[pairs[i].pair_id].round = round_
-            found[pairs[i].pair_id].removed = True
+            found[i].round, found[i].removed = round_, True
         budget -= len(take)
         gone = {i for _, i in take}
         alive = [i for i in alive if i not in gone]
-    return found
+    return {r["id"]: f for r, f in zip(rows, found, strict=True)}
 
 
 CHECK = Check(

@@ -47,17 +47,18 @@ def groups(rows: list[dict], user: Callable[[dict], str]) -> list[int]:
         # persona_swap: the rejected answer is its author user's kind of answer
         return found + ([f"u:{r['rejected_for']}"] if r.get("rejected_for") else [])
 
-    for r in rows:
-        first, *rest = keys(r)
+    keyed = [keys(r) for r in rows]
+    for first, *rest in keyed:
         for k in rest:
             parent[find(k)] = find(first)
     roots: dict[str, int] = {}
-    return [roots.setdefault(find(keys(r)[0]), len(roots)) for r in rows]
+    return [roots.setdefault(find(k[0]), len(roots)) for k in keyed]
 
 
 def out_of_fold(rows: list[dict], user: Callable[[dict], str], seed: int = 0, folds: int = 5
-                ) -> list[float | None] | None:  # fmt: skip
-    """Each pair's out-of-fold probability that its `chosen` is the chosen one (0.5: no idea);
+                ) -> list[float] | None:  # fmt: skip
+    """Each pair's out-of-fold probability that its `chosen` is the chosen one (0.5: no idea;
+    every pair is in exactly one test fold);
     None when the pairs cannot be split into two or more independent groups. `user` names a
     row's user (the release's `user_key`; the build's persona id)."""
     from scipy.sparse import csr_matrix, hstack, vstack
@@ -75,7 +76,7 @@ def out_of_fold(rows: list[dict], user: Callable[[dict], str], seed: int = 0, fo
                                                    strict=True)]
                            for c, r in zip(chosen, rejected, strict=True)])  # fmt: skip
     cue_diff = cue_diff / (np.abs(cue_diff).max(axis=0) + 1e-9)  # |a - b|: label-free
-    out: list[float | None] = [None] * len(rows)
+    out = [0.5] * len(rows)
     splitter = GroupKFold(n_splits=k, shuffle=True, random_state=seed)
     for train, test in splitter.split(chosen, groups=g):
         vecs = [TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2),
@@ -109,7 +110,7 @@ def classifier_probe(rows: list[dict], seed: int = 0, folds: int = 5) -> Probe:
     probs = out_of_fold(rows, user_key, seed, folds)
     if probs is None:
         return Probe(NAME, None, None, None, len(rows), ABOUT)
-    credit = [score(p) for p in probs if p is not None]
+    credit = [score(p) for p in probs]
     n = len(credit)
     lo, hi = wilson(round(sum(credit)), n)
     return Probe(NAME, sum(credit) / n, lo, hi, n, ABOUT,
