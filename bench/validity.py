@@ -63,8 +63,11 @@ def measure(result: dict) -> dict:
     tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for u in usage.values())
     filters = [json.loads(x) for x in (run_dir / "filters.jsonl").read_text().splitlines()]
     gated = sum("artifact" in f["reasons"] for f in filters)
+    funnel = json.loads((run_dir / "funnel.json").read_text())
+    rewritten = sum(n for row in funnel for n in row.get("changed", {}).values())
     n = max(1, len(rows))
     return {"pairs": len(rows), "made": len(filters), "gate_dropped": gated,
+            "rewritten": rewritten,
             "calls_per_pair": calls / n, "tokens_per_pair": tokens / n,
             "seconds": result["seconds"], "summary": summary}  # fmt: skip
 
@@ -72,7 +75,8 @@ def measure(result: dict) -> dict:
 def show(name: str, m: dict) -> None:
     s = m["summary"]
     print(f"\n== {name}: {m['pairs']} released of {m['made']} pairs made; gate dropped "
-          f"{m['gate_dropped']} ({m['gate_dropped'] / max(1, m['made']):.1%}); "
+          f"{m['gate_dropped']} ({m['gate_dropped'] / max(1, m['made']):.1%}), rewrote "
+          f"{m['rewritten']} ({m['rewritten'] / max(1, m['made']):.1%}); "
           f"{m['calls_per_pair']:.2f} calls and {m['tokens_per_pair']:.0f} tokens per released "
           f"pair; built in {m['seconds']:.0f} s")  # fmt: skip
     print(f"   verdict: {s['verdict']}  leaks: {s['leaks']}  easy: {s['easy_by']}  "

@@ -128,6 +128,9 @@ class GenerationConfig(Section):
     content_plan: bool = True
     chosen_prompt: str = "chosen"
     rejected_prompt: str = "rejected"
+    # with the artifact gate on: a pair whose first rejected answer the answer-only classifier
+    # picks out confidently gets a persona_swap one instead (pipeline/stages/pairs.py)
+    rewrite_artifacts: bool = True
 
     @field_validator("chosen_prompt", "rejected_prompt")
     @classmethod
@@ -140,6 +143,18 @@ class GenerationConfig(Section):
     @classmethod
     def _strategies(cls, v: list[str] | None) -> list[str] | None:
         return v if v is None else _distinct(v, "generation.strategies")
+
+
+class QualificationConfig(Section):
+    """Judge qualification (pipeline/qualification.py): the judge must tell sound answers from
+    corrupted copies before the filters trust it."""
+
+    enabled: bool = True
+    answers: int = Field(8, ge=2)  # sound answers, four corruptions each, two orders
+    min_prefers_sound: float = Field(0.75, ge=0, le=1)
+    min_consistent: float = Field(0.7, ge=0, le=1)
+    # build on with a judge below the thresholds, the release marked as such (--accept-weak-judge)
+    accept_weak_judge: bool = False
 
 
 class AnnotationConfig(Section):
@@ -227,6 +242,7 @@ class RunConfig(Section):
     rubrics: RubricsConfig = Field(default_factory=RubricsConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     filters: FilterConfig = Field(default_factory=FilterConfig)
+    qualification: QualificationConfig = Field(default_factory=QualificationConfig)
     annotation: AnnotationConfig = Field(default_factory=AnnotationConfig)
     release: ReleaseConfig = Field(default_factory=ReleaseConfig)
     batch: BatchConfig = Field(default_factory=BatchConfig)
@@ -277,7 +293,7 @@ EXECUTION_ONLY = (
     "run_id", "outputs_dir", "batch", "model.api_key", "model.base_url", "model.concurrency",
     "model.max_retries", "model.timeout_s", "model.backoff_initial_s", "model.backoff_max_s",
     "model.requests_per_minute", "model.tokens_per_minute", "model.rate_limits_from_headers",
-    "rl",
+    "rl", "qualification.accept_weak_judge",  # the rates are recorded either way
 )  # fmt: skip
 # Sections whose stages are recomputed on every build (verdicts from imported labels, release
 # files, prices): changing them between a run and its resumption mixes nothing.

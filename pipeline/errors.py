@@ -10,7 +10,8 @@ Exit codes: 0 done; 1 a check found problems (`release verify`, `annotate import
 the run (bad key, unknown model); 5 the build released no pair; 6 the disk is full;
 7 most of the work was lost to endpoint errors (a build released fewer pairs than it lost to
 them, or a reward model failed on most pairs): the results are written, rerun to resume;
-8 a server's port is already in use; 70 an internal error (a bug: one line, the traceback in
+8 a server's port is already in use; 9 the judge failed qualification (see
+`--accept-weak-judge`); 70 an internal error (a bug: one line, the traceback in
 a file it names); 130 interrupted (Ctrl-C); 143 terminated (SIGTERM).
 """
 

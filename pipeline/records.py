@@ -306,6 +306,16 @@ class RubricRecord(Record):
     agreement: AspectAgreement | None = None
 
 
+class Rewritten(Record):
+    """The artifact gate's rewrite (pipeline/stages/pairs.py): the rejected answer it replaced
+    with the chosen prompt's answer for the user's swap partner (`persona_swap`)."""
+
+    strategy: str  # the replaced answer's strategy
+    rejected: str  # the replaced answer
+    probability: float | None  # its out-of-fold P(chosen), answers only
+    round: int | None = None  # the AFLite round that picked it; None: its couple was picked
+
+
 class Pair(Record):
     pair_id: str
     task: Task
@@ -320,6 +330,7 @@ class Pair(Record):
     generator_model: str
     prompt_versions: dict[str, str]
     calls: dict[str, str] = Field(default_factory=dict)
+    rewritten: Rewritten | None = None  # the artifact gate replaced the first rejected answer
 
 
 class QualityScores(QualityOutput):

@@ -42,21 +42,24 @@ def test_batch_mode_builds_the_online_release_without_online_calls(tmp_path, sim
 
     seen = stats(url)
     assert seen.get("requests", 0) == 0  # not one online chat completion
-    # one batch per round of dependent calls: planner, content plan, chosen, rejected, judges
-    assert seen["batches_created"] == 5
+    # one batch per round of dependent calls: planner, content plan, chosen, rejected, the
+    # judge's qualification, judges
+    assert seen["batches_created"] == 6
     calls = {stage: u["calls"] for stage, u in result["usage"].items()}
-    assert calls == {"rubrics": 6, "pairs": 18, "filters": 6 * result["funnel"]["pairs"]}
+    q = json.loads((Path(result["run_dir"]) / "qualification.json").read_text())
+    assert calls == {"rubrics": 6, "pairs": 18,
+                     "filters": 6 * result["funnel"]["pairs"] + q["calls"]}  # fmt: skip
     assert seen["batch_lines"] == sum(calls.values())
     assert parquet_bytes(result) == parquet_bytes(online)
     assert result["funnel"] == online["funnel"]
 
     jobs = [json.loads(x) for x in (Path(result["run_dir"]) / "batches.jsonl").open()]
-    assert [j["state"] for j in jobs] == ["submitted", "collected"] * 5
+    assert [j["state"] for j in jobs] == ["submitted", "collected"] * 6
     assert all(j["status"] == "completed" for j in jobs if j["state"] == "collected")
 
     again = build_batch(cfg)  # everything cached: nothing submitted
     assert sum(u["calls"] for u in again["usage"].values()) == 0
-    assert stats(url)["batches_created"] == 5
+    assert stats(url)["batches_created"] == 6
 
 
 def batch_llm(cfg, cache, run_dir) -> LLM:

@@ -90,8 +90,9 @@ def test_answers_differing_in_quality_are_dropped_for_it(degraded_run):
 
 def test_pairs_the_blind_judge_separates_are_flagged(degraded_run, degraded_url):
     tmp, _ = degraded_run
-    # loosen the quality and length bars so that only the blind judge can catch the leak
-    loose = {"min_quality": 1, "max_quality_gap": 5, "min_length_ratio": 0.05}
+    # loosen the quality, length and relevance bars so that only the blind judge can catch it
+    loose = {"min_quality": 1, "max_quality_gap": 5, "min_length_ratio": 0.05,
+             "drop_off_question": False}  # fmt: skip
     for drop in (True, False):
         config = write_config(
             tmp / f"blind-{drop}",
@@ -118,6 +119,8 @@ def test_malformed_judge_output_is_retried_then_dropped(tmp_path, sim_factory):
         url,
         personas={"per_category": 2},
         model={"max_retries": 2, "backoff_initial_s": 0.001, "backoff_max_s": 0.01},
+        # such a judge fails qualification (no verdict is no pick); here: the filters' retries
+        qualification={"enabled": False},
     )
     with pytest.raises(
         NothingReleased,
@@ -202,21 +205,28 @@ def test_near_duplicate_questions_threshold_is_configurable(degraded_run):
 
 
 def test_an_answer_repeating_the_prompts_markup_is_dropped():
-    """Found on the real local model: both answers copied the generation prompt's data blocks."""
-    from pipeline.checks import prompt_echo
-    from pipeline.records import Pair
+    """Found on the real local model: both answers copied the generation prompt's data blocks
+    (now text_sanity's template residue, with chat-template tokens and template syntax)."""
+    from pipeline.checks import text_sanity
+    from pipeline.records import Pair, Persona, Task
 
-    def measured(chosen: str, rejected: str) -> prompt_echo.Result:
-        pair = Pair.model_construct(chosen=chosen, rejected=rejected)
-        return prompt_echo.CHECK.measure(pair, {}, None)
+    def measured(chosen: str, rejected: str) -> text_sanity.Result:
+        task = Task.model_construct(question="How do I warm up my voice?", profile_ids=None,
+                                    persona=Persona.model_construct(profile=[]))  # fmt: skip
+        pair = Pair.model_construct(chosen=chosen, rejected=rejected, task=task)
+        return text_sanity.CHECK.measure(pair, {}, None)
 
     clean = measured("Warm up with humming for five minutes.", "Start with lip trills.")
-    assert decide({**GOOD, "prompt_echo": clean}, FilterConfig()) == []
+    assert decide({**GOOD, "text_sanity": clean}, FilterConfig()) == []
     echo = measured("The answer should be:\n<key_points>\n- Warm up", "Lip trills.</avoid_aspects>")
-    assert echo.chosen_echo and echo.rejected_echo
-    assert decide({**GOOD, "prompt_echo": echo}, FilterConfig()) == ["prompt_echo"]
-    assert decide({**GOOD, "prompt_echo": echo}, FilterConfig(drop_prompt_echo=False)) == []
-    assert not measured("Use a <b>bold</b> heading and a list.", "x").chosen_echo
+    assert echo.chosen.residue == "<key_points>" and echo.rejected.residue == "</avoid_aspects>"
+    assert decide({**GOOD, "text_sanity": echo}, FilterConfig()) == ["bad_text"]
+    assert decide({**GOOD, "text_sanity": echo}, FilterConfig(drop_bad_text=False)) == []
+    assert not measured("Use a <b>bold</b> heading and a list.", "x").chosen.residue
+    assert not measured("Use a list:\n<b>bold</b> is fine\n- and so is this", "x").chosen.residue
+    for residue in ("Hum softly.<|im_end|>", "Hello {{ name }}", "[INST] Warm up [/INST]",
+                    "<answer>\n1. Hum softly\n</response>"):  # fmt: skip
+        assert measured(residue, "x").chosen.residue
 
 
 def test_a_plan_repeating_an_aspect_keeps_it_once():

@@ -15,19 +15,25 @@ from pathlib import Path
 
 import datasets
 import pytest
+import yaml
 from conftest import build, write_config
 from test_crash import prefect_env
 
+from pipeline.checks import CHECKS, FilterConfig
+from pipeline.checks.degenerate import Settings, side, why
 from pipeline.errors import NothingReleased
 from pipeline.llm import local
+from pipeline.qualification import WeakJudge
+from pipeline.records import FilterRecord
 
 CATEGORIES = ["Art_and_Entertainment", "Society_and_Culture"]
 LAX = {  # a 135M judge scores almost at random: let pairs through, this tests the machinery
     "min_quality": 1.0, "max_quality_gap": 4.0, "min_adherence_chosen": 0.0,
     "max_adherence_rejected": 1.0, "min_length_ratio": 0.01, "max_length_ratio": 100.0,
-    "max_answer_similarity": 1.0, "drop_blind_separated": False, "drop_prompt_echo": False,
-    "drop_degenerate": False,
+    "max_answer_similarity": 1.0, "drop_blind_separated": False, "drop_degenerate": False,
+    "drop_prompt_copy": False, "drop_off_question": False, "drop_bad_text": False,
 }  # fmt: skip
+FLOOR = ("degenerate", "prompt_copy", "off_question", "text_sanity")
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +52,7 @@ def real_run(served, tmp_path_factory):
                "structured_output": "json_object_schema", "concurrency": 1, "max_retries": 1,
                "timeout_s": 300},
         personas={"per_category": 1, "categories": CATEGORIES},
-        filters=LAX,
+        filters=LAX, qualification={"accept_weak_judge": True},
     )  # fmt: skip
     try:
         result = build(config)
@@ -116,6 +122,46 @@ def test_prb_eval_scores_the_release_with_the_real_judge(real_run, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     board = (tmp_path / "eval" / "leaderboard.csv").read_text()
     assert f"judge(model={alias})/profile" in board and "length/profile" in board
+
+
+def test_the_floor_would_drop_every_degenerate_answer_the_real_model_wrote(real_run):
+    """The machinery build keeps the floor's checks from dropping (LAX) but measures them: each
+    pair whose answer repeats its own lines would be dropped by the default floor."""
+    run_dir, _, _, _ = real_run
+    records = [FilterRecord.model_validate(x) for x in lines(run_dir / "filters.jsonl")]
+    floor = [c for c in CHECKS if c.name in FLOOR]
+    for r in records:
+        assert {c.name for c in floor} <= set(r.checks)  # measured, with no judge call
+        repeats = any(side(a).repeated_lines > 0.34 for a in (r.pair.chosen, r.pair.rejected))
+        dropped = [x for c in floor for x in c.decide(c.read(r), FilterConfig())]
+        assert dropped or not repeats, r.pair.pair_id
+
+
+def test_the_local_demo_releases_nothing_degenerate(served, tmp_path):
+    """`prb demo --local` (configs/local.yaml; fewer personas here): it stops at the judge's
+    qualification, releases nothing, or releases pairs whose answers pass the floor."""
+    base_url, alias, digest = served
+    data = yaml.safe_load((Path(__file__).parent.parent / "configs" / "local.yaml").read_text())
+    data |= {"outputs_dir": str(tmp_path / "outputs"), "simulated": False}
+    data["model"] |= {"base_url": base_url, "generator": alias, "judge": alias,
+                      "weights_sha256": digest, "max_retries": 1}  # fmt: skip
+    data["personas"]["categories"] = CATEGORIES
+    (tmp_path / "local.yaml").write_text(yaml.safe_dump(data))
+    run_dir = tmp_path / "outputs" / data["run_id"]
+    try:
+        result = build(tmp_path / "local.yaml")
+    except WeakJudge as e:
+        q = json.loads((run_dir / "qualification.json").read_text())
+        assert q["passed"] is False and str(e).startswith(f"the judge {alias} prefers")
+        return
+    except NothingReleased:
+        return
+    rows = [r for r in lines(run_dir / "filters.jsonl") if r["kept"]]
+    assert rows and len(rows) == result["funnel"]["released"]
+    for r in rows:
+        for answer in (r["pair"]["chosen"], r["pair"]["rejected"]):
+            assert why(side(answer), Settings()) == [], answer
+            assert len(set(answer.splitlines())) == len(answer.splitlines()), answer
 
 
 def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():

@@ -29,10 +29,18 @@ def instructed(tmp_path_factory, sim_url):
     """Today's four instruction strategies: the simulator's rejected answers open with other
     styles' sentences, which an answer-only model learns (a real leak, ~0.8)."""
     tmp = tmp_path_factory.mktemp("instructed")
-    gated = big(tmp / "gated", sim_url, generation={"strategies": INSTRUCTED})
+    gated = big(tmp / "gated", sim_url, generation={"strategies": INSTRUCTED,
+                                                    "rewrite_artifacts": False})  # fmt: skip
     plain = big(tmp / "plain", sim_url, generation={"strategies": INSTRUCTED},
                 filters={"artifact_gate": False})  # fmt: skip
     return gated, plain
+
+
+@pytest.fixture(scope="module")
+def rewritten(tmp_path_factory, sim_url):
+    """The same construction with the gate's first half on: leaking pairs are rewritten."""
+    tmp = tmp_path_factory.mktemp("rewritten")
+    return big(tmp, sim_url, generation={"strategies": INSTRUCTED})
 
 
 def relabelled(rows: list[dict], seed: int) -> list[dict]:
@@ -103,3 +111,45 @@ def test_persona_swap_pairs_carry_nothing_an_answer_only_model_reads(tmp_path, s
     assert found["verdict"] == "pass", (found["leaks"], found["easy_by"])
     clf = {p["name"]: p for p in found["probes"]}["answer-only classifier"]
     assert clf["low"] <= 0.5 <= clf["high"], clf
+
+
+def latest_pairs(run_dir: Path) -> dict[str, dict]:
+    out = {}
+    for line in (run_dir / "pairs.jsonl").read_text().splitlines():
+        p = json.loads(line)
+        out[p["task"]["task_id"]] = p
+    return out
+
+
+def test_the_gate_rewrites_a_leaking_rejected_answer_by_persona_swap_before_any_judge(
+    instructed, rewritten
+):
+    _, plain = instructed
+    run_dir = Path(rewritten["run_dir"])
+    lines = (run_dir / "pairs.jsonl").read_text().splitlines()
+    pairs = latest_pairs(run_dir)
+    done = [p for p in pairs.values() if p["rewritten"] is not None]
+    assert len(done) >= 0.5 * len(pairs)  # nearly every instructed pair leaks here
+    picked = {p["task"]["persona"]["persona_id"] for p in done if p["rewritten"]["round"]}
+    for p in done:  # the first answer and the gate's reading of it stay on the pair
+        assert p["rewritten"]["strategy"] in INSTRUCTED and p["rejected_strategy"] == "persona_swap"
+        assert p["rejected_for"] and p["rejected"] != p["rewritten"]["rejected"]
+        if p["rewritten"]["round"]:  # read confidently; else its user's couple was
+            assert p["rewritten"]["probability"] >= 0.75
+        else:
+            assert {p["task"]["persona"]["persona_id"], p["rejected_for"]} & picked
+        assert p["calls"]["first_rejected"] != p["calls"]["rejected"]
+    funnel = {r["stage"]: r for r in json.loads((run_dir / "funnel.json").read_text())}
+    assert sum(funnel["pairs"]["changed"].values()) == len(done)
+    rows = load_rows(Path(rewritten["release_dir"]))[0]
+    shown = {r["id"]: r["pair_checks"]["artifact_rewritten_from"] for r in rows}
+    assert {r["id"] for r in rows if shown[r["id"]]} == {
+        p["pair_id"] for p in done if p["pair_id"] in shown}
+    # what was a leak is no longer read: the release passes where the plain one is leaky
+    before = probes.classifier_probe(load_rows(Path(plain["release_dir"]))[0])
+    after = probes.classifier_probe(rows)
+    assert before.low > probes.THRESHOLD and after.high <= 0.60, (before, after)
+    # resumable: a rerun decides alike and writes no line
+    again = build(run_dir.parent.parent / "config.yaml")
+    assert again["funnel"] == rewritten["funnel"]
+    assert (run_dir / "pairs.jsonl").read_text().splitlines() == lines

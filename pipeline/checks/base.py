@@ -80,6 +80,9 @@ class Check:
     measure: Callable[[Pair, dict[str, CallResult], Any], BaseModel] | None = None
     prepare: Callable[[Iterable[Pair], Any], Any] | None = None  # one pass over all pairs
     enabled: Callable[[Any], bool] = lambda _: True  # settings -> runs at all (opt-in checks)
+    # part of the model-free quality floor: it judges each answer's own text, so the judge's
+    # calibration set (pipeline/qualification.py) takes its sound answers above it
+    floor: bool = False
     flags: Callable[[Any], list[str]] = _none  # warnings recorded whether or not it drops
     # release: top-level columns it adds: name -> (dtype names, card text, value of a result)
     columns: dict[str, tuple[Any, str, Callable[[Any], Any]]] = field(default_factory=dict)

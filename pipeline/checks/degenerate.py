@@ -73,6 +73,7 @@ def decide(r: Result, cfg: Settings) -> list[str]:
 
 CHECK = Check(
     name="degenerate",
+    floor=True,
     order=33,
     settings=Settings,
     result=Result,

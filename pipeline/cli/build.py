@@ -66,12 +66,16 @@ def build(
     force_new_run: bool = typer.Option(
         False, help="Move an existing run dir aside to <run>.old-N and start it afresh."
     ),
+    accept_weak_judge: bool = typer.Option(
+        False, help="Build on when the judge fails qualification; the release says so."
+    ),
 ):
     """Run every stage of the pipeline for one run id (resuming it if it exists).
 
     Exit codes: 2 bad input or changed settings (see --force-new-run), 3 run dir locked by
     another run, 4 the endpoint refused the run (bad key, unknown model), 5 no pair released,
-    6 disk full, 130 interrupted, 143 terminated."""
+    6 disk full, 7 most calls failed, 9 the judge failed qualification (see
+    --accept-weak-judge), 130 interrupted, 143 terminated."""
     if mode not in ("online", "batch") or runner not in ("default", "dask"):
         raise fail(
             f"unknown --mode {mode!r} or --runner {runner!r}: use online|batch, default|dask", 2
@@ -79,6 +83,8 @@ def build(
     if mode == "batch" and runner == "dask":
         raise fail("--mode batch and --runner dask do not combine: pick one", 2)
     overrides = {"run_id": run_id, "model__base_url": base_url}
+    if accept_weak_judge:
+        overrides["qualification__accept_weak_judge"] = True
     if debug:
         overrides["model__concurrency"] = 1
         import logging
@@ -100,11 +106,16 @@ def demo(
     recipe: str = typer.Option(None, help="Build the bundled LaMP-QA-format users "
                                "(personas/lamp-qa) with this recipe: published or prb "
                                "(configs/demo-lamp-<recipe>.yaml)."),
+    accept_weak_judge: bool = typer.Option(False, help="Build on when the judge fails "
+                                           "qualification; the release says so."),
 ):  # fmt: skip
-    """Build a small benchmark offline: against the bundled simulator, or a real local model."""
+    """Build a small benchmark offline: against the bundled simulator, or a real local model.
+    A judge that fails qualification stops the build with exit code 9 (a 135M local model can)
+    unless --accept-weak-judge."""
     from pipeline.config import recipes
 
     started = time.monotonic()
+    weak = {"qualification__accept_weak_judge": True} if accept_weak_judge else {}
     if recipe is not None:
         if recipe not in recipes():
             raise fail(f"unknown --recipe {recipe!r}: use one of {', '.join(recipes())}", 2)
@@ -119,13 +130,14 @@ def demo(
         with local_model.running() as (base_url, alias, digest):
             console.print(f"local model {alias} on {base_url} (weights sha256 {digest})")
             overrides = {"run_id": run_id, **local_model.overrides(base_url, alias, digest)}
+            overrides |= weak
             result = run_build(config, overrides)
     else:
         from pipeline.run.rundir import FingerprintError
         from pipeline.sim.server import running
 
         config = config or DATA / "configs" / "demo.yaml"
-        overrides = {"run_id": run_id}
+        overrides = {"run_id": run_id, **weak}
         with running() as base_url:  # the simulator prints its address itself
             overrides["model__base_url"] = base_url
             try:

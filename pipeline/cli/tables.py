@@ -13,9 +13,12 @@ def print_funnel(rows: list[dict]) -> None:
     table = Table(title="funnel")
     table.add_column("stage")
     table.add_column("count", justify="right")
-    table.add_column("why records were lost")
+    table.add_column("why records were lost (or rewritten)")
     for row in rows:
         lost = ", ".join(f"{k} {v}" for k, v in row.get("reasons", {}).items())
+        if row.get("changed"):
+            changed = ", ".join(f"{k} {v}" for k, v in row["changed"].items())
+            lost = f"{lost}, {changed}" if lost else changed
         table.add_row(row["stage"], str(row["count"]), lost)
     console.print(table)
 

@@ -147,7 +147,42 @@ def validity_md(found: dict) -> str:
                  fam["flag"].upper() if p["leak"] else ""] for p in fam["probes"]]  # fmt: skip
         out += [f"**{fam['title']}** ({fam['rule']})",
                 _table(["probe", "value", "95% interval", "pairs", "flag"], rows)]
+    if found.get("judges"):
+        rows = [[j["label"], j["text"], j["pairs"], "OUT OF LINE" if j["warn"] else ""]
+                for j in found["judges"]]  # fmt: skip
+        out += ["**Judges**: the build's own judges on the released pairs (the filters kept "
+                "these pairs by what the judges said, so this is a selected sample; `prb audit "
+                "RELEASE --judge` asks judges about any release)",
+                _table(["figure", "value", "pairs", "flag"], rows)]
     return "\n\n".join(out)
+
+
+def qualification_md(found: dict) -> str:
+    """The judge's qualification as the card shows it."""
+    if not found:
+        return "The judge was not qualified on this build (`qualification.enabled: false`)."
+    if found.get("passed") is None:
+        return (f"The judge `{found['judge_model']}` could not be qualified on this build: "
+                f"{found['failed_calls']} of {found['calls']} calibration calls failed at the "
+                "endpoint.")  # fmt: skip
+    p, c, t = found["prefers_sound"], found["consistent"], found["thresholds"]
+    rows = [[kind, f"{r['prefers_sound']['value']:.0%} ({r['prefers_sound']['k']}/"
+             f"{r['prefers_sound']['n']})", f"{r['consistent']['value']:.0%} "
+             f"({r['consistent']['k']}/{r['consistent']['n']})"]
+            for kind, r in found["by_corruption"].items() if r["prefers_sound"]["n"]]  # fmt: skip
+    verdict = ("It **failed** the thresholds and the build went on only because it was told to "
+               "(`--accept-weak-judge`): this release was filtered by a weak judge."
+               if found.get("accepted_weak") else "It passed.")  # fmt: skip
+    return "\n\n".join([
+        f"Before the filters ran, the judge `{found['judge_model']}` compared {found['answers']} "
+        f"sound answers from this build with corrupted copies of themselves ({found['items']} "
+        f"items, both A/B orders: {found['calls']} calls). It preferred the sound answer in "
+        f"{p['value']:.0%} of {p['n']} verdicts [{p['low']:.0%}, {p['high']:.0%}] (threshold "
+        f"{t['min_prefers_sound']:.0%}) and gave the same verdict in both orders on "
+        f"{c['value']:.0%} of {c['n']} items [{c['low']:.0%}, {c['high']:.0%}] (threshold "
+        f"{t['min_consistent']:.0%}). {verdict}",
+        _table(["corruption", "prefers the sound answer", "same verdict in both orders"], rows),
+    ])  # fmt: skip
 
 
 def render_card(
@@ -184,7 +219,6 @@ def render_card(
     reasons = manifest.drop_reasons
     docs = {k: v for c in CHECKS for k, v in c.docs.items()}
     thresholds = [k for k in setting_names() if k in cfg["filters"]]
-    blind = stats["blind_picked"]
     variables = {
         "name": manifest.name,
         "sim_note": (
@@ -209,8 +243,8 @@ def render_card(
         else "No record was dropped.",
         "strategies": ", ".join(f"`{k}` {v}" for k, v in stats["rejected_strategies"].items())
         or "none",
-        "blind": {k: blind.get(k, 0) for k in ("chosen", "rejected", "none")},
         "validity_md": validity_md(manifest.validity),
+        "qualification_md": qualification_md(manifest.judge_qualification),
         "generator": manifest.models["generator"],
         "judge": manifest.models["judge"],
         "model_seed": manifest.seeds["model"],

@@ -52,6 +52,8 @@ class Manifest(BaseModel):
     files: dict[str, str] = {}
     # the model-free probes on the released rows (leakage, floors): verdict, n, intervals
     validity: dict = {}
+    # the judge's rates on the calibration set (pipeline/qualification.py); {}: not run
+    judge_qualification: dict = {}
     served_by: list[str] = []  # what answered those calls: prb-simulator, endpoint
 
     @property
@@ -75,12 +77,16 @@ def funnel(counts: dict[str, int]) -> list[FunnelStep]:
     return [FunnelStep(stage=k, count=v) for k, v in counts.items()]
 
 
-def write_funnel(run_dir: Path, counts: dict[str, int], lost: dict[str, dict[str, int]]) -> None:
-    """The build's funnel beside its stage files: each row's count and why records were lost."""
+def write_funnel(run_dir: Path, counts: dict[str, int], lost: dict[str, dict[str, int]],
+                 changed: dict[str, dict[str, int]] | None = None) -> None:
+    """The build's funnel beside its stage files: each row's count, why records were lost and
+    what was rewritten on the way (`changed`: the artifact gate's new rejected answers)."""
     from pipeline.store import atomic_write
 
+    changed = changed or {}
     rows = [{"stage": k, "count": n, "reasons": dict(sorted(lost.get(k, {}).items(),
                                                               key=lambda kv: -kv[1]))}
+            | ({"changed": changed[k]} if changed.get(k) else {})
             for k, n in counts.items()]  # fmt: skip
     with atomic_write(Path(run_dir) / FUNNEL_FILE) as f:
         json.dump(rows, f, indent=2)

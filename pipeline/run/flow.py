@@ -85,9 +85,11 @@ async def build(
                 # submitted from the flow, not from inside a task (Dask could not ship them)
                 from pipeline.run.shards import run_sharded
 
+                if stage.before:  # once over the whole run, before the shards
+                    await stage.before(ctx, previous)
                 await run_sharded(stage, ctx, previous)
             previous = ctx.outputs[stage.name] = await stage_task(stage)(ctx, previous)
-            write_funnel(run_dir, ctx.funnel, ctx.lost)  # for `prb audit`, however far it gets
+            write_funnel(run_dir, ctx.funnel, ctx.lost, ctx.changed)  # for `prb audit`, however far
         release_dir = previous
     except BaseException:
         failed = True

@@ -37,7 +37,8 @@ def persona_of(record) -> str:
 @task(name="shard", cache_policy=NO_CACHE)
 async def run_shard(stage: str, cfg: RunConfig, shard_dir: str, inputs: Records) -> dict:
     async with session(cfg) as llm:
-        await _stage(stage).run(RunContext(cfg, Path(shard_dir), llm, llm.cache), inputs)
+        ctx = RunContext(cfg, Path(shard_dir), llm, llm.cache, shard=True)
+        await _stage(stage).run(ctx, inputs)
     return llm.usage_dict()
 
 

@@ -4,6 +4,8 @@ it, by the tags in the prompt."""
 
 from __future__ import annotations
 
+import json
+
 from pipeline.sim import persona_writer, responder, rm_judge
 
 HANDLED = {"planner", "content_plan", "chosen", "rejected", "judge_quality", "judge_adherence",
@@ -43,13 +45,15 @@ def respond(
     degrade_rate: float = 0.0,
     leaky: float = 0.0,
     degenerate_rate: float = 0.0,
+    judge: str = "sound",
 ) -> str:
     """The answer to one chat request. `degrade_rate` turns that fraction of rejected answers
     (chosen by request hash, so deterministically) into an unhelpful one, for testing filters;
     `leaky` writes that fraction of rejected answers (True: all) so that they differ in more
     than personal fit (for the probes and the artifact gate);
     `degenerate_rate` makes that fraction of rejected answers one line said six times, as a
-    weak model writes them (for the model-free quality floor)."""
+    weak model writes them (for the model-free quality floor); `judge` other than "sound"
+    makes the pairwise judges weak: `random` verdicts, or `always_a` (judge qualification)."""
     system = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "system")
     user = "\n".join(m.get("content") or "" for m in messages if m.get("role") != "system")
     t = responder.tags(user)
@@ -74,6 +78,9 @@ def respond(
     handlers["persona_expand"] = lambda: persona_writer.persona_expand(t, rng)
     if task == "rejected" and responder.rng_for("degrade", messages).random() < degrade_rate:
         return responder.DEGRADED
+    if judge != "sound" and task in ("judge_blind", "rm_pairwise"):
+        choice = "A" if judge == "always_a" else rng.choice(["A", "B", "tie"])
+        return json.dumps({"choice": choice, "reason": f"a weak judge ({judge})"})
     answer = handlers[task]()
     if task == "rejected" and responder.rng_for("loop", messages).random() < degenerate_rate:
         line = next((x for x in answer.splitlines() if x.strip()), answer)

@@ -602,15 +602,37 @@ def budget(system: str) -> int:
     return int(m.group(1)) if m else 100
 
 
+def _openers() -> tuple[str, ...]:
+    """Every sentence a simulated answer opens with (styles, registers, the default)."""
+    found = [s.phrase for s in [*STYLES, FALLBACK] if s.phrase and s.tag not in LAYOUTS]
+    return (*found, *(x for xs in REGISTERS.values() for x in xs), "Here is what I would suggest.")
+
+
+def _in_order(answer: str) -> bool:
+    """An answer reads in order if an opening sentence it has comes first (a shuffled one
+    has its opener somewhere in the middle)."""
+    text = answer.lstrip()
+    present = [o for o in _openers() if o in text]
+    return not present or any(text.startswith(o) for o in present)
+
+
+def _repeats(answer: str) -> bool:
+    lines = [x.strip().lower() for x in answer.splitlines() if x.strip()]
+    return len(lines) >= 3 and len(set(lines)) <= len(lines) / 2
+
+
 def _quality(question: str, answer: str) -> tuple[int, int, int]:
+    """Correctness falls for an answer cut off mid-sentence or out of order; relevance with
+    the question's words it lacks; helpfulness with length and with lines said over again."""
     if answer.strip() == DEGRADED:
         return 2, 1, 1
     q = set(keywords(question))
     overlap = len(q & set(keywords(answer)))
     n = len(answer.split())
+    correct = 5 if answer.rstrip().endswith((".", "!", "?", ")", '"')) and _in_order(answer) else 2
     relevance = 5 if overlap >= 2 else 4 if overlap == 1 else 2
-    helpfulness = 5 if n >= 40 else 4 if n >= 20 else 2
-    return 5, relevance, helpfulness
+    helpfulness = 1 if _repeats(answer) else 5 if n >= 40 else 4 if n >= 20 else 2
+    return correct, relevance, helpfulness
 
 
 def judge_quality(t: dict[str, str], rng: random.Random) -> str:

@@ -32,6 +32,7 @@ from pipeline.sim.limits import PromptCache, RateLimits
 from pipeline.sim.messages import anthropic_error, from_message, to_message
 
 MODELS = ("prb-sim-1",)
+JUDGES = ("sound", "random", "always_a")  # --judge: how the pairwise judges answer
 
 
 @dataclass
@@ -46,6 +47,7 @@ class SimOptions:
     degenerate_rate: float = 0.0  # rejected answers that repeat one line (the quality floor)
     leaky: bool = False  # rejected answers shorter, hedged, in a register of their own
     leaky_rate: float = 1.0  # with leaky: the share of rejected answers written so (by hash)
+    judge: str = "sound"  # the pairwise judges: sound, random or always_a (a weak judge)
     seed: int = 0
     fault_tasks: str = ""  # comma-separated prompt tasks the faults hit (X-PRB-Task); "" = all
     retry_after: str = "0"  # the 429s' Retry-After header; "" sends none
@@ -239,6 +241,7 @@ def create_app(opts: SimOptions) -> FastAPI:
             opts.degrade_rate,
             opts.leaky and opts.leaky_rate,
             opts.degenerate_rate,
+            judge=opts.judge,
         )
         finish_reason = "stop"
         if roll < cum[2]:
@@ -304,6 +307,7 @@ OPTION_FLAGS = {
     "degenerate_rate": "--degenerate-rate",
     "leaky": "--leaky",
     "leaky_rate": "--leaky-rate",
+    "judge": "--judge",
     "fault_tasks": "--fault-tasks",
     "retry_after": "--retry-after",
     **{name: "--" + name.replace("_", "-") for name in extra_faults.EXTRA_RATES},
@@ -396,6 +400,8 @@ def main(argv: list[str] | None = None) -> None:
             ap.add_argument(flag, type=type(default), default=default)
     args = ap.parse_args(argv)
     opts = SimOptions(**{name: getattr(args, name) for name in OPTION_FLAGS})
+    if opts.judge not in JUDGES:
+        ap.error(f"--judge {opts.judge!r}: use one of {', '.join(JUDGES)}")
     from pipeline.errors import PortInUse
 
     try:

@@ -44,12 +44,15 @@ class RunContext:
         *,
         shards: int = 0,
         stages: tuple = (),
+        shard: bool = False,
     ):
         self.cfg, self.run_dir, self.llm, self.cache = cfg, Path(run_dir), llm, cache
+        self.shard = shard  # one shard of a stage (run/shards.py): the stage's `before` is done
         self.shards = shards  # > 0: model stages run as that many shard tasks (run/shards.py)
         self.stages = stages  # the registry the flow runs (a stage reads it here, never imports it)
         self.funnel: dict[str, int] = {}  # funnel row -> records
         self.lost: dict[str, Counter] = {}  # funnel row -> why records were lost
+        self.changed: dict[str, dict[str, int]] = {}  # funnel row -> what was rewritten, how often
         self.examples: dict[str, str] = {}  # drop reason -> an error it came with
         self.produced: dict[str, set[str]] = {}  # stage -> ids it produced
         self.keys: dict[str, list[str]] = {}  # stage -> cache keys of the answers it used
@@ -83,6 +86,9 @@ class Stage:
     configured: Callable[[Any], dict[str, dict]] | None = None
     # when it passes nothing on: what to do (may use {run_id}); else the cause's own hint
     empty_hint: str = ""
+    # a run-level step over all its inputs before any record is processed, sharded or not
+    # (filters: the judge's qualification); a shard does not repeat it
+    before: Callable[[RunContext, Any], Awaitable[Any]] | None = None
 
     def prompts(self, cfg=None) -> dict[str, dict]:
         """task -> preflight sample variables, for this config if given."""

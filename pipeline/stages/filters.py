@@ -20,6 +20,7 @@ from pipeline.checks import tasks as check_tasks
 from pipeline.errors import is_transient
 from pipeline.llm.prompts import load_prompt
 from pipeline.llm.types import CallResult, LLMError, PermanentLLMError
+from pipeline.qualification import qualify
 from pipeline.records import FilterRecord, Pair
 from pipeline.stages.base import RunContext, Stage, process_stage
 from pipeline.store import Records
@@ -28,6 +29,24 @@ from pipeline.store import Records
 def calls_of(check, pair: Pair, shared: dict) -> list:
     """A check's judge calls for a pair; a check with a `prepare` also gets what it made."""
     return check.calls(pair, shared[check.name]) if check.prepare else check.calls(pair)
+
+
+async def qualification(ctx: RunContext, pairs: Records) -> dict | None:
+    """The judge answers a calibration set made of answers above the model-free floor, before
+    any judge check: a judge that cannot tell a sound answer from a broken one stops the build
+    here (pipeline/qualification.py). Once per run: a sharded run asks it before its shards."""
+    cfg = ctx.cfg.filters
+    on = [c for c in CHECKS if c.enabled(cfg)]
+    if not any(c.cost for c in on):
+        return None
+    free = [c for c in on if c.floor]
+    shared = {c.name: c.prepare(pairs, cfg) for c in free if c.prepare}
+
+    def above_floor(pair: Pair) -> bool:
+        found = (c.measure(pair, {}, shared.get(c.name)) for c in free)
+        return not any(r is not None and c.decide(r, cfg) for c, r in zip(free, found, strict=True))
+
+    return await qualify(ctx, pairs, above_floor)
 
 
 def unsettled(record: FilterRecord) -> bool:
@@ -46,6 +65,7 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
     # round: a round costs a job's turnaround there, and a call saved is not worth a day)
     free = [c for c in by_cost() if not c.cost and c in on]
     judges = [c for c in by_cost() if c.cost and c in on]
+    qualified = None if ctx.shard else await qualification(ctx, pairs)
     record_only = cfg.mode == "record"  # every check on every pair, nothing dropped
     if cfg.evaluate_all or record_only:
         rounds = [on]
@@ -114,6 +134,7 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
         lost.update(f.reasons)
         for reason in f.reasons if f.errors else ():  # an error behind a judge_* reason
             ctx.examples.setdefault(reason, next(iter(f.errors.values())))
+    keys.extend(qualified["keys"] if qualified else ())  # billed to the judge, like the checks
     ctx.produced[STAGE.name], ctx.keys[STAGE.name] = ids, keys
     ctx.funnel[STAGE.funnel], ctx.lost[STAGE.funnel] = kept, lost
     return out
@@ -132,6 +153,7 @@ STAGE = Stage(
     run=run,
     role="judge",
     unsettled=unsettled,
+    before=qualification,
     tasks=check_tasks(),
     calls=tuple(name for c in CHECKS for name in c.call_names),
     samples=_check_samples(),

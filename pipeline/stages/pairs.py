@@ -4,6 +4,13 @@ a rejected answer with the same key points and word budget that misses them by a
 plan; the filters stage checks it held. One strategy, `persona_swap`, writes no instruction:
 its rejected answer is the chosen prompt's answer for a contrasting user.
 
+With the artifact gate on (`filters.artifact_gate`, pipeline/checks/artifact.py), the stage ends
+with the gate's first half: a pair whose rejected answer the answer-only classifier picks out
+confidently, in AFLite rounds over the pairs as first written, is asked again with persona_swap
+(`generation.rewrite_artifacts`), so an instruction that leaks costs one call, not the pair.
+The first answer stays on the pair (`rewritten`); the gate's second half, in the filters stage,
+drops what still leaks.
+
 The recipe names the two prompt files (`generation.chosen_prompt`, `rejected_prompt`) and
 whether the content plan comes first (`generation.content_plan`): the published recipe writes
 both answers straight from the question, the user's posts and the aspects. Every prompt gets the
@@ -11,11 +18,20 @@ same variables; each uses what it needs."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
+
 from pipeline.contrast import User, partners
 from pipeline.llm.prompts import load_prompt
 from pipeline.llm.types import LLMError
-from pipeline.records import Dropped, Pair, RubricRecord, pair_id, stable_id
-from pipeline.stages.base import RunContext, Stage, model_stage_done, process_stage
+from pipeline.records import Dropped, Pair, Rewritten, RubricRecord, pair_id, stable_id
+from pipeline.stages.base import (
+    RECORDS_IN_FLIGHT,
+    RunContext,
+    Stage,
+    model_stage_done,
+    process_stage,
+)
 from pipeline.store import Records
 
 TASKS = ("content_plan", "chosen", "rejected")
@@ -76,6 +92,10 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
     partners_of = swap_partners(rubrics) if SWAP in names else {}
     others = [n for n in names if n != SWAP] or [n for n in instructions if n != SWAP]
 
+    async def ask(name: str, max_tokens: int | None = None, **variables):
+        return await ctx.llm.call(prompts[name], stage=STAGE.name, model=model,
+                                  variables=variables, max_tokens=max_tokens)  # fmt: skip
+
     async def generate(rec: RubricRecord) -> Pair | Dropped:
         task = rec.task
         aspects = [a.model_dump() for a in rec.rubric_aspects]
@@ -85,11 +105,6 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
             strategy = pick_strategy(task.task_id, others, ctx.cfg.seed)
         profile = [i.model_dump() for i in task.profile]
         pid = pair_id(task.persona.persona_id, task.question, profile, versions)
-
-        async def ask(name: str, max_tokens: int | None = None, **variables):
-            return await ctx.llm.call(prompts[name], stage=STAGE.name, model=model,
-                                      variables=variables, max_tokens=max_tokens)  # fmt: skip
-
         try:
             plan = None
             if "content_plan" in prompts:
@@ -100,8 +115,7 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
             chosen = await ask("chosen", budget_tokens(budget), **common)
             if strategy == SWAP:
                 rejected_for, aspects_b, profile_b = partners_of[task.task_id]
-                rejected = await ask("chosen", budget_tokens(budget), **common | {
-                    "aspects": aspects_b, "profile": profile_b})  # fmt: skip
+                rejected = await swapped(common, aspects_b, profile_b)
             else:
                 rejected = await ask("rejected", budget_tokens(budget), **common,
                                      strategy=strategy,
@@ -126,8 +140,79 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
             | {"chosen": chosen.key, "rejected": rejected.key},
         )
 
+    async def swapped(common: dict, aspects_b: list[dict], profile_b: list[dict]):
+        """The chosen prompt's answer for the swap partner: same question, key points, budget."""
+        return await ask("chosen", budget_tokens(budget),
+                         **common | {"aspects": aspects_b, "profile": profile_b})  # fmt: skip
+
+    async def rewrite(pair: Pair, found) -> Pair | None:
+        _, aspects_b, profile_b = partner = partners_of[pair.task.task_id]
+        common = {"question": pair.task.question, "key_points": pair.key_points,
+                  "aspects": [a.model_dump() for a in pair.rubric_aspects],
+                  "word_budget": budget, "profile": [i.model_dump() for i in pair.task.profile]}
+        try:
+            answer = await swapped(common, aspects_b, profile_b)
+        except LLMError:  # the pair keeps its first answer; the gate's second half decides
+            return None
+        return pair.model_copy(update={
+            "rejected": answer.value, "rejected_strategy": SWAP, "rejected_for": partner[0],
+            "calls": pair.calls | {"rejected": answer.key,
+                                   "first_rejected": pair.calls["rejected"]},
+            "rewritten": Rewritten(strategy=pair.rejected_strategy, rejected=pair.rejected,
+                                   probability=found.probability, round=found.round)})  # fmt: skip
+
     await process_stage(STAGE, rubrics, ctx.run_dir, generate)
+    # (a run of persona_swap alone has nothing to rewrite: its other pairs have no partner)
+    rewrite_on = ctx.cfg.generation.rewrite_artifacts and ctx.cfg.filters.artifact_gate
+    if rewrite_on and set(names) != {SWAP}:
+        partners_of = partners_of or swap_partners(rubrics)
+        ctx.changed[STAGE.funnel] = await rewrite_artifacts(ctx, rubrics, partners_of, rewrite)
     return model_stage_done(STAGE, ctx, rubrics)
+
+
+def first_written(pair: Pair) -> Pair:
+    """The pair as the stage first wrote it, before any rewrite: what the gate's first half
+    judges, so that a resumed run decides alike."""
+    if pair.rewritten is None:
+        return pair
+    return pair.model_copy(update={"rejected": pair.rewritten.rejected, "rejected_for": None,
+                                   "rejected_strategy": pair.rewritten.strategy})  # fmt: skip
+
+
+async def rewrite_artifacts(ctx: RunContext, rubrics: Records, partners: dict, rewrite) -> dict:
+    """AFLite over the pairs as first written (every confident pair each round: a rewrite loses
+    nothing); the pairs of each picked pair's user and of its swap partner that are not swaps
+    already are rewritten. Returns what has been rewritten, by the replaced answer's strategy."""
+    from pipeline.checks.artifact import aflite, row
+
+    gate = ctx.cfg.filters
+    pairs = STAGE.outputs(ctx.run_dir, rubrics)
+    rows, done = [], Counter()
+    for p in pairs:  # texts and ids only, never whole pairs
+        rows.append(row(first_written(p)))
+        if p.rewritten is not None:
+            done[p.rewritten.strategy] += 1
+    if len(rows) >= gate.artifact_min_pairs:
+        found = dict(zip((r["id"] for r in rows), aflite(rows, gate, max_drop=1.0, every=True),
+                         strict=True))  # fmt: skip
+        # a picked pair's user and that user's partner are rewritten whole: persona_swap is
+        # symmetric only couple by couple (each user's answers as often chosen as rejected)
+        couples = set()
+        for p in pairs:
+            if found[p.pair_id].removed and p.task.task_id in partners:
+                couples |= {p.task.persona.persona_id, partners[p.task.task_id][0]}
+        todo = [o for o, p in pairs.items() if p.task.persona.persona_id in couples
+                and p.rewritten is None and p.rejected_strategy != SWAP
+                and p.task.task_id in partners]  # fmt: skip
+        with STAGE.file(ctx.run_dir).appender() as append:
+            for start in range(0, len(todo), RECORDS_IN_FLIGHT):
+                chunk = pairs.file.read_at(todo[start : start + RECORDS_IN_FLIGHT])
+                news = await asyncio.gather(*(rewrite(p, found[p.pair_id]) for p in chunk))
+                for new in news:
+                    if new is not None:  # an id's latest line is the pair from now on
+                        append(new)
+                        done[new.rewritten.strategy] += 1
+    return {f"{name} rewritten as {SWAP}": n for name, n in sorted(done.items())}
 
 
 _ASPECTS = [{"aspect": "An aspect", "evidence": "[p1] 'sample'", "reason": "A reason."}]
@@ -154,7 +239,7 @@ STAGE = Stage(
     run=run,
     role="generator",
     tasks=TASKS,
-    calls=TASKS,
+    calls=(*TASKS, "first_rejected"),  # first_rejected: the answer the gate had rewritten
     samples=_SAMPLES,
     configured=configured,
     funnel="pairs",

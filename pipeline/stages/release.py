@@ -19,7 +19,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from datasets.arrow_writer import ParquetWriter
 
+from pipeline import qualification
 from pipeline.annotation.verdicts import manifest_block, releasable
+from pipeline.checks import CHECKS
 from pipeline.errors import DiskFullError, NothingReleased, is_disk_full
 from pipeline.llm import cost
 from pipeline.llm.cache import ResponseCache
@@ -80,13 +82,15 @@ def answers_used(cache: ResponseCache, keys_by_stage: dict[str, list[str]]
     return tokens, sorted(seen)
 
 
+# what the probes and the checks' figures read of a released row
 PROBED = ("id", "question", "chosen", "rejected", "profile", "persona_id", "rejected_for",
-          "category")  # fmt: skip
+          "category", "pair_checks", *(name for c in CHECKS for name in c.columns))  # fmt: skip
 
 
 def validity(rows: list[dict]) -> dict:
-    """The model-free probes on the released rows, family by family (leakage, floors), with
-    n and intervals: what the card and the manifest say separates the pairs."""
+    """What the card and the manifest say separates the pairs: the model-free probes on the
+    released rows, family by family (leakage, floors), with n and intervals; and the build's
+    own judges on those rows (`judges`), by the figures their checks declare."""
     from pipeline.audit import probes
 
     found = probes.summary(probes.run_all(rows)) if len(rows) >= 2 else None
@@ -98,7 +102,19 @@ def validity(rows: list[dict]) -> dict:
             "easy": found["easy"], "families": [
                 {"family": f["family"], "title": f["title"], "rule": f["rule"],
                  "flag": f["flag"], "probes": [{k: p[k] for k in keep} for p in f["probes"]]}
-                for f in found["families"]]}  # fmt: skip
+                for f in found["families"]], "judges": judged(rows)}  # fmt: skip
+
+
+def judged(rows: list[dict]) -> list[dict]:
+    """The judge checks' figures over the released rows (pairs the filters kept: a selected
+    sample, unlike `prb audit --judge`, which asks its judges about any release)."""
+    from pipeline.audit import figures
+
+    judges = {f.key for c, f in figures.declared() if c.cost}
+    keep = ("key", "label", "summary", "text", "value", "low", "high", "pairs", "n", "warn")
+    return [{k: s.get(k) for k in keep}
+            for s in figures.summarize_all([figures.of_row(r) for r in rows])
+            if s["key"] in judges]  # fmt: skip
 
 
 class ReleaseStats:
@@ -174,7 +190,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
         if s.funnel not in ctx.lost and any(d.stage == s.name for d in drops):
             ctx.lost[s.funnel] = Counter(d.reason for d in drops if d.stage == s.name)
     reasons = Counter(d.reason for d in drops) + ctx.lost.get("filters_kept", Counter())
-    mf.write_funnel(run_dir, ctx.funnel, ctx.lost)  # the flow's own write comes only after
+    mf.write_funnel(run_dir, ctx.funnel, ctx.lost, ctx.changed)  # the flow's own comes only after
     if not ctx.funnel.get("annotation_passed"):  # a release of nothing is no release
         raise NothingReleased(why_nothing(ctx, drops))
     verdicts = {a.pair_id: a for a in annotations}
@@ -228,6 +244,8 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
             num_bytes=arrow_bytes,
             stats=stats.summary(),
             validity=validity(stats.probed),
+            judge_qualification={k: v for k, v in (qualification.read(run_dir) or {}).items()
+                                 if k != "keys"},  # fmt: skip
             annotation=manifest_block(cfg, run_dir, annotations),
             tokens=tokens,
             cost=cost.summary(cfg, ctx.cache, ctx.keys, stats.n, roles(ctx.stages)),

@@ -1,0 +1,126 @@
+"""Text sanity, model-free (issue 26's quality floor): an answer with broken encoding (mojibake
+such as `â€™`, or U+FFFD replacement characters), with residue of the prompt or of a chat
+template (`<key_points>`, `{{`, `<|im_end|>`, `[INST]`), or written in another language than
+its question. Each is a generation fault, not a personal-fit difference, and each alone can
+tell chosen from rejected.
+
+Encoding is ftfy's mojibake heuristic; the language is langid.py's (deterministic, offline,
+its model inside the package), compared only where both texts are long and clear enough to
+say: the question alone is often too short to read."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from pydantic import Field
+
+from pipeline.checks.base import Check, Figure
+from pipeline.records import Pair, Record
+
+# the data blocks of the generation prompts (prompts/chosen.yaml, rejected.yaml), template
+# syntax, and chat-template special tokens of the model families prb is run with
+# and a line that is nothing but a tag (`<answer>`, `</response>`: the local model wraps its
+# answers so), which no answer meant for a reader has
+RESIDUE = re.compile(
+    r"</?(question|key_points|aspects|avoid_aspects|strategy|profile|narrative)>"
+    r"|\{\{|\}\}|\{%|%\}|<\|[a-z_]{2,20}\|>|\[/?INST\]|<</?SYS>>"
+    r"|^[ \t]*</?[a-z][a-z_]{0,30}>[ \t]*$",
+    re.I | re.M,
+)
+MIN_WORDS = 12  # fewer words than this: no language is read from the text
+
+
+class Settings(Record):
+    min_language_confidence: float = Field(0.95, gt=0, le=1)
+    drop_bad_text: bool = True
+
+
+class Side(Record):
+    encoding: bool  # mojibake or replacement characters
+    residue: str | None  # the first prompt or template residue found
+    language: str | None  # langid's code, None: too short to say
+    language_p: float | None  # langid's confidence in it
+
+
+class Result(Record):
+    question_language: str | None
+    question_language_p: float | None
+    chosen: Side
+    rejected: Side
+
+
+@functools.cache
+def _identifier():
+    from langid.langid import LanguageIdentifier, model
+
+    return LanguageIdentifier.from_modelstring(model, norm_probs=True)
+
+
+def language(text: str) -> tuple[str | None, float | None]:
+    if len(text.split()) < MIN_WORDS:
+        return None, None
+    code, p = _identifier().classify(text)
+    return code, round(float(p), 4)
+
+
+def side(text: str) -> Side:
+    import ftfy
+
+    found = RESIDUE.search(text)
+    code, p = language(text)
+    return Side(encoding="\ufffd" in text or ftfy.is_bad(text),
+                residue=found.group(0) if found else None, language=code, language_p=p)  # fmt: skip
+
+
+def measure(pair: Pair, _: object, __: object) -> Result:
+    # the question with the user's own words: a longer text of the language the answer owes
+    code, p = language(" ".join([pair.task.question, *(x.text for x in pair.task.profile[:3])]))
+    return Result(question_language=code, question_language_p=p, chosen=side(pair.chosen),
+                  rejected=side(pair.rejected))  # fmt: skip
+
+
+def why(s: Side, r: Result, confidence: float = Settings().min_language_confidence) -> list[str]:
+    out = ["broken encoding"] if s.encoding else []
+    out += ["template residue"] if s.residue else []
+    sure = (s.language_p or 0) >= confidence and (r.question_language_p or 0) >= confidence
+    if sure and s.language != r.question_language:
+        out.append("other language")
+    return out
+
+
+def decide(r: Result, s: Settings) -> list[str]:
+    c = s.min_language_confidence
+    bad = why(r.chosen, r, c) or why(r.rejected, r, c)
+    return ["bad_text"] if s.drop_bad_text and bad else []
+
+
+def _bad(r: Result, which: str) -> bool:
+    return bool(why(getattr(r, which), r))
+
+
+CHECK = Check(
+    name="text_sanity",
+    floor=True,
+    order=34,
+    settings=Settings,
+    result=Result,
+    measure=measure,
+    decide=decide,
+    about="whether each answer has broken encoding, prompt or template residue, or another "
+    "language than its question",
+    docs={
+        "min_language_confidence": "langid's confidence needed to name a text's language:",
+        "drop_bad_text": "drop a pair where an answer has broken encoding, prompt or template "
+        "residue, or is in another language than its question",
+    },
+    features={"chosen_bad_text": "bool", "rejected_bad_text": "bool"},
+    released=lambda r: {"chosen_bad_text": _bad(r, "chosen"),
+                        "rejected_bad_text": _bad(r, "rejected")},  # fmt: skip
+    figures=(
+        Figure("bad_text", "pairs where an answer has bad text", lambda v: None
+               if v.get("chosen_bad_text") is None else
+               float(v["chosen_bad_text"] or v["rejected_bad_text"]), fmt="{:.1%}", plot=False),
+    ),  # fmt: skip
+    severity=lambda r: 3.0 * (_bad(r, "chosen") + _bad(r, "rejected")),
+)

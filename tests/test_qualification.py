@@ -1,0 +1,80 @@
+"""Judge qualification (issue 26): before the filters trust a judge, it must tell sound answers
+from corrupted copies of themselves, in both A/B orders. A weak judge (the simulator's
+`--judge random` or `always_a`) stops the build before the filters with one line; with
+--accept-weak-judge the build goes on and the release says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import build, write_config
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.qualification import FILE, degenerate, rates, shuffled, truncated
+
+
+def test_the_corruptions_break_an_answer_the_way_they_say():
+    sound = "In plain terms, start small.\n- Walk daily.\n- Sleep early.\n- Eat well."
+    cut = truncated(sound)
+    assert sound.startswith(cut) and len(cut.split()) < len(sound.split())
+    assert not cut.endswith((".", "!", "?"))  # mid-sentence
+    back = shuffled(sound)
+    assert back.splitlines()[0] == "- Eat well." and sorted(back.splitlines()) == sorted(
+        sound.splitlines())
+    assert shuffled("One sentence only") is None
+    assert degenerate(sound).splitlines() == ["In plain terms, start small."] * 6
+
+
+def test_rates_count_picks_of_the_sound_answer_and_agreement_across_orders():
+    # (verdict with the sound answer as A, verdict with it as B)
+    found = rates([("A", "B"), ("A", "A"), ("tie", "tie"), ("B", "A")])
+    assert (found["prefers_sound"]["k"], found["prefers_sound"]["n"]) == (3, 8)
+    assert (found["consistent"]["k"], found["consistent"]["n"]) == (3, 4)  # A/A is position
+    assert found["prefers_sound"]["low"] < 3 / 8 < found["prefers_sound"]["high"]
+
+
+@pytest.mark.parametrize("judge", ["always_a", "random"])
+def test_a_weak_judge_stops_the_build_before_the_filters(tmp_path, sim_factory, judge):
+    config = write_config(tmp_path, sim_factory(judge=judge))
+    result = CliRunner().invoke(app, ["build", "--config", str(config)])
+    assert result.exit_code == 9, result.output
+    line = result.output.strip()
+    assert line.startswith("error: the judge prb-sim-1 prefers the sound answer in")
+    assert "\n" not in line and "--accept-weak-judge" in line
+    run_dir = tmp_path / "outputs" / "demo"
+    found = json.loads((run_dir / FILE).read_text())
+    assert not found["passed"] and found["calls"] == 2 * found["items"] >= 48
+    assert found["prefers_sound"]["value"] < 0.75 or found["consistent"]["value"] < 0.7
+    # stopped before the filters judged anything; what the earlier stages made is kept
+    assert not (run_dir / "filters.jsonl").exists() or not (run_dir / "filters.jsonl").read_text()
+    assert (run_dir / "pairs.jsonl").read_text().count("\n") == 24
+
+
+def test_accept_weak_judge_builds_on_and_the_release_says_so(tmp_path, sim_factory):
+    config = write_config(tmp_path, sim_factory(judge="always_a"))
+    assert CliRunner().invoke(app, ["build", "--config", str(config)]).exit_code == 9
+    # the same run, resumed with the flag: the fingerprint allows it, no pair is made again
+    result = CliRunner().invoke(app, ["build", "--config", str(config), "--accept-weak-judge"])
+    assert result.exit_code == 0, result.output
+    release = tmp_path / "outputs" / "demo" / "release"
+    q = json.loads((release / "manifest.json").read_text())["judge_qualification"]
+    assert q["accepted_weak"] and not q["passed"] and q["consistent"]["value"] == 0.0
+    assert "keys" not in q
+    card = (release / "README.md").read_text()
+    assert "this release was filtered by a weak judge" in card
+
+
+def test_a_sound_judge_qualifies_and_the_card_shows_its_rates(tmp_path, sim_url):
+    result = build(write_config(tmp_path, sim_url))
+    release = Path(result["release_dir"])
+    manifest = json.loads((release / "manifest.json").read_text())
+    q = manifest["judge_qualification"]
+    assert q["passed"] and not q["accepted_weak"]
+    assert q["prefers_sound"]["value"] >= 0.9 and q["consistent"]["value"] >= 0.9
+    assert set(q["by_corruption"]) == {"truncated", "shuffled", "off_question", "degenerate"}
+    assert q["answers"] == 8 and q["calls"] == 2 * q["items"]
+    card = (release / "README.md").read_text()
+    assert "## The judge's qualification" in card and "It passed." in card
