@@ -159,9 +159,13 @@ async def qualify(ctx, pairs, sound=lambda _: True) -> dict | None:
     found = read(ctx.run_dir)
     if not found or found.get("passed") is None or found["judge_model"] != judge:
         todo = items(pairs, cfg.answers, sound)
-        if not todo:
-            return None
-        found = await ask_all(ctx, todo, judge)
+        # fewer than two sound answers (a weak generator's run: the floor drops nearly all)
+        # leaves nothing to ask; said on the card, not taken as a pass
+        found = await ask_all(ctx, todo, judge) if todo else {
+            "judge_model": judge, "task": TASK, "answers": 0, "items": 0, "calls": 0,
+            "failed_calls": 0, "passed": None, "keys": [],
+            "why": "fewer than two answers of distinct questions were above the quality "
+                   "floor"}  # fmt: skip
     # else decided on an earlier try of this run (its settings are in the fingerprint): a
     # resume asks nothing again, and may now accept a weak judge
     found["accepted_weak"] = found["passed"] is False and cfg.accept_weak_judge

@@ -13,7 +13,9 @@ from conftest import build, write_config
 from typer.testing import CliRunner
 
 from pipeline.cli import app
+from pipeline.errors import NothingReleased
 from pipeline.qualification import FILE, degenerate, rates, shuffled, truncated
+from pipeline.release.card import qualification_md
 
 
 def test_the_corruptions_break_an_answer_the_way_they_say():
@@ -78,3 +80,14 @@ def test_a_sound_judge_qualifies_and_the_card_shows_its_rates(tmp_path, sim_url)
     assert q["answers"] == 8 and q["calls"] == 2 * q["items"]
     card = (release / "README.md").read_text()
     assert "## The judge's qualification" in card and "It passed." in card
+
+
+def test_a_run_with_too_few_sound_answers_says_the_judge_was_not_qualified(tmp_path, sim_factory):
+    """A weak generator's run: the floor leaves no two sound answers to make a calibration set
+    of. The judge is not taken as qualified, and the card says why."""
+    config = write_config(tmp_path, sim_factory(degenerate_rate=1.0), personas={"per_category": 1})
+    with pytest.raises(NothingReleased):  # every pair degenerate: nothing reaches a judge
+        build(config)
+    found = json.loads((tmp_path / "outputs" / "demo" / FILE).read_text())
+    assert found["passed"] is None and found["calls"] == 0 and "quality floor" in found["why"]
+    assert "could not be qualified" in qualification_md(found)

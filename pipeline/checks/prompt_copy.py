@@ -79,7 +79,7 @@ CHECK = Check(
     measure=measure,
     decide=decide,
     about=f"each answer's share of words in runs of {N}+ words copied verbatim from the "
-    "user's data in the prompt (aspects, narrative, profile posts)",
+    "user's data in the prompt (aspects, narrative, profile posts), and from the key points",
     docs={
         "max_copied_user": f"largest share of an answer's words in {N}-word runs copied "
         "verbatim from the user's data (aspects, their evidence, narrative, profile posts):",
@@ -87,8 +87,11 @@ CHECK = Check(
         "verbatim from the key points:",
         "drop_prompt_copy": "drop a pair where an answer copies more than either",
     },
-    features={"chosen_copied": "float32", "rejected_copied": "float32"},
-    released=lambda r: {"chosen_copied": r.chosen_copied, "rejected_copied": r.rejected_copied},
+    features={"chosen_copied": "float32", "rejected_copied": "float32",
+              "chosen_copied_plan": "float32", "rejected_copied_plan": "float32"},  # fmt: skip
+    released=lambda r: {"chosen_copied": r.chosen_copied, "rejected_copied": r.rejected_copied,
+                        "chosen_copied_plan": r.chosen_copied_plan,
+                        "rejected_copied_plan": r.rejected_copied_plan},  # fmt: skip
     figures=(
         Figure("prompt_copy", "share of words copied from the prompt's data", lambda v: None
                if v.get("chosen_copied") is None else

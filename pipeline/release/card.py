@@ -162,9 +162,9 @@ def qualification_md(found: dict) -> str:
     if not found:
         return "The judge was not qualified on this build (`qualification.enabled: false`)."
     if found.get("passed") is None:
-        return (f"The judge `{found['judge_model']}` could not be qualified on this build: "
-                f"{found['failed_calls']} of {found['calls']} calibration calls failed at the "
-                "endpoint.")  # fmt: skip
+        why = found.get("why") or (f"{found['failed_calls']} of {found['calls']} calibration "
+                                   "calls failed at the endpoint")  # fmt: skip
+        return f"The judge `{found['judge_model']}` could not be qualified on this build: {why}."
     p, c, t = found["prefers_sound"], found["consistent"], found["thresholds"]
     rows = [[kind, f"{r['prefers_sound']['value']:.0%} ({r['prefers_sound']['k']}/"
              f"{r['prefers_sound']['n']})", f"{r['consistent']['value']:.0%} "
