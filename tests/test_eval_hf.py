@@ -1,5 +1,6 @@
-"""The Hugging Face reward-model adapter on a tiny, randomly initialised model built here (no
-downloads): a BERT sequence classifier and a word-level tokenizer saved to a local folder."""
+"""The Hugging Face reward-model adapters on tiny, randomly initialised models built here (no
+downloads): a BERT sequence classifier, a Llama base model with a value head, and the BERT
+classifier read as a pairwise ranker, each with a word-level tokenizer in a local folder."""
 
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def test_hf_adapter_scores_in_batches_like_one_at_a_time(tiny_rm, tmp_path):
 def test_hf_adapter_names_a_missing_model(tmp_path):
     from pipeline.eval.rewards import SpecError
 
-    with pytest.raises(SpecError, match="cannot load a sequence-classification model"):
+    with pytest.raises(SpecError, match="cannot load a sequence-classifier model"):
         parse_spec(f"hf:{tmp_path / 'nothing'}", llm=None, judge_model="", context="none")
 
 
@@ -117,3 +118,90 @@ def test_a_long_profile_is_cut_never_the_answer(tiny_rm, tmp_path):
     huge = [dict(long[0], id="huge", chosen="word " * 400)]
     _, results = asyncio.run(evaluate(write_release(tmp_path / "huge", huge), [rm], 50))
     assert results[0]["pairs"][0]["error"] and results[0]["metrics"]["errors"] == 1
+
+
+def spec(text: str, context: str = "none"):
+    return parse_spec(text, llm=None, judge_model="", context=context)
+
+
+@pytest.fixture(scope="module")
+def tiny_value_head(tiny_rm, tmp_path_factory):
+    """A Llama-style base model (no head of its own) and `value_head.safetensors` beside it."""
+    from safetensors.torch import save_file
+
+    bert_path, rows = tiny_rm
+    tokenizer = transformers.AutoTokenizer.from_pretrained(bert_path)
+    torch.manual_seed(1)
+    config = transformers.LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+        pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    path = tmp_path_factory.mktemp("tiny-value-head")
+    transformers.LlamaModel(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    head = {"weight": torch.randn(1, 16), "bias": torch.randn(1)}
+    save_file(head, str(path / "value_head.safetensors"))
+    return path, rows
+
+
+def test_a_value_head_reward_model_scores_the_last_real_token(tiny_value_head):
+    from safetensors.torch import load_file
+
+    path, rows = tiny_value_head
+    rm = spec(f"hf:{path},batch_size=8")  # found by its value_head.safetensors
+    assert rm.arch == "value-head"
+    queries = [Query("", r["question"], r[k]) for r in rows[:6] for k in ("chosen", "rejected")]
+    batched = rm.score_batch(queries)  # padded to the longest
+    head = load_file(str(path / "value_head.safetensors"))
+    base = transformers.AutoModel.from_pretrained(path)
+    for q, got in zip(queries, batched, strict=True):
+        enc = rm.tokenizer(q.question, q.response, return_tensors="pt")  # alone: no padding
+        with torch.inference_mode():
+            last = base(**{k: enc[k] for k in ("input_ids", "attention_mask")}).last_hidden_state
+        ref = (last[0, -1] @ head["weight"][0] + head["bias"][0]).item()
+        assert got == pytest.approx(ref, abs=1e-4)
+    assert len({round(x, 4) for x in batched}) > 1
+
+
+def test_a_pairwise_ranker_reads_both_answers_in_both_orders(tiny_rm, tmp_path):
+    from pipeline.eval.evaluate import evaluate
+
+    path, rows = tiny_rm
+    ranker = spec(f"hf-pair:{path}")
+    assert ranker.pairwise and ranker.name == f"hf-pair(path={path})/none"
+    r = rows[0]
+    for a, b in ((r["chosen"], r["rejected"]), (r["rejected"], r["chosen"])):
+        enc = ranker.tokenizer(r["question"], f"Answer A: {a}\n\nAnswer B: {b}",
+                               return_tensors="pt")  # fmt: skip
+        with torch.inference_mode():
+            logit = ranker.net(**enc).logits[0, 0].item()
+        assert asyncio.run(ranker.prefer("", r["question"], a, b)) == ("A" if logit > 0 else "B")
+    wins = asyncio.run(ranker.rank("", r["question"], [r["chosen"], r["rejected"]]))
+    assert sum(wins) == 2  # two ordered pairs, one win (or two halves) each
+    _, [result] = asyncio.run(evaluate(write_release(tmp_path / "rel", rows), [ranker], 50))
+    assert result["metrics"]["n"] == len(rows) and not result["metrics"]["errors"]
+
+
+def test_dtype_device_map_and_token_batches(tiny_rm):
+    path, rows = tiny_rm
+    fp32 = spec(f"hf:{path},batch_size=1,dtype=fp32")
+    bf16 = spec(f"hf:{path},dtype=bf16")
+    placed = spec(f"hf:{path},device_map=cpu,max_batch_tokens=64")
+    assert fp32.net.dtype == torch.float32 and bf16.net.dtype == torch.bfloat16
+    assert spec(f"hf:{path}").net.dtype == torch.float32  # auto: as the model was saved
+    queries = [Query("", r["question"], r[k]) for r in rows for k in ("chosen", "rejected")]
+    ref = fp32.score_batch(queries)
+    for got in (bf16.score_batch(queries), placed.score_batch(queries)):
+        assert got == pytest.approx(ref, abs=0.05)
+    assert placed.score_batch(queries) == pytest.approx(ref, abs=1e-5)
+    batches = placed.batches(queries)
+    assert sorted(i for b in batches for i in b) == list(range(len(queries)))
+    for b in batches:  # padded to its longest, each batch fits the budget (or is one query)
+        assert len(b) == 1 or max(placed._length(queries[i]) for i in b) * len(b) <= 64
+    from pipeline.eval.rewards import SpecError
+
+    with pytest.raises(SpecError, match="dtype=fp64: use one of auto, bf16, fp16, fp32"):
+        spec(f"hf:{path},dtype=fp64")
+    with pytest.raises(SpecError, match="unknown arch=ranker"):
+        spec(f"hf:{path},arch=ranker")

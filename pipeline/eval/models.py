@@ -38,8 +38,11 @@ REWARD_MODELS = Registry("reward_models", {k.name: k for k in (
          "pipeline.eval.rewards:JudgeRM"),
     Kind("judge-pair", "LLM judge, pairwise, both A/B orders (option model=NAME)",
          "pipeline.eval.rewards:PairwiseJudgeRM"),
-    Kind("hf", "Hugging Face sequence classifier: hf:PATH_OR_ID (options device, batch_size; "
-         "the `hf` extra)", "pipeline.eval.hf:HFRewardModel", extra="hf"),
+    Kind("hf", "Hugging Face reward model: hf:PATH_OR_ID (options dtype=auto|bf16|fp16|fp32, "
+         "device, device_map, batch_size, max_batch_tokens, arch=sequence-classifier|"
+         "value-head; the `hf` extra)", "pipeline.eval.hf:HFRewardModel", extra="hf"),
+    Kind("hf-pair", "Hugging Face pairwise ranker: hf-pair:PATH_OR_ID, both A/B orders (the "
+         "same options; the `hf` extra)", "pipeline.eval.hf:HFPairRanker", extra="hf"),
 )})  # fmt: skip
 
 
