@@ -9,6 +9,7 @@ import json
 import math
 
 import datasets
+import httpx
 import numpy as np
 import pandas as pd
 import pytest
@@ -20,7 +21,7 @@ from pipeline.config import ModelConfig
 from pipeline.eval.bon import CandidatesError, correlation, load_candidates
 from pipeline.eval.evaluate import ReleaseError, evaluate, load_release
 from pipeline.eval.models import parse_spec
-from pipeline.eval.rewards import SpecError
+from pipeline.eval.rewards import SpecError, user_context
 from pipeline.llm import LLM
 from pipeline.llm.cache import ResponseCache
 from pipeline.stats import bootstrap
@@ -295,3 +296,43 @@ def test_bon_from_file_and_from_the_generator(tmp_path, sim_url):
     generated = [json.loads(x) for x in (tmp_path / "gen/bon/candidates.jsonl").open()]
     assert len(generated) == 6 and all(len(g["candidates"]) == 3 for g in generated)
     assert any(len(set(g["candidates"])) > 1 for g in generated)  # N seeds, N samples
+
+
+def test_a_judge_prompt_fits_the_endpoints_window_cutting_only_the_user_context(
+    tmp_path, sim_factory
+):
+    """~3,000-word profiles against an endpoint with a 600-token window (the simulator says so
+    in its model list, as vLLM does): the context is cut by whole posts from its end, the
+    question and the answers always go in, nothing is refused, and the cut is counted."""
+    url = sim_factory(context_limit=600)
+    filler = "I write long posts about my week, my garden and the weather here. " * 4
+    rows = [dict(r, profile=r["profile"] + [
+        {"id": f"{r['id']}-f{k}", "category": r["category"], "text": filler} for k in range(60)])
+        for r in persona_rows()]  # fmt: skip
+    assert len(user_context(rows[0], "profile").split()) > 2500
+    release = write_release(tmp_path / "release", rows)
+
+    async def go(specs):
+        llm = LLM(ModelConfig(base_url=url), ResponseCache(tmp_path / "cache.sqlite"))
+        rms = [parse_spec(s, llm=llm, judge_model="prb-sim-1", context="profile") for s in specs]
+        try:
+            return (await evaluate(release, rms, n_resamples=50))[1], rms
+        finally:
+            await llm.aclose()
+
+    res, rms = run(go(["judge", "judge-pair"]))
+    for r, rm in zip(res, rms, strict=True):
+        assert rm.window == 600 and not r["metrics"]["errors"]
+        assert r["metrics"]["accuracy"] >= 0.75  # the first posts, the telling ones, stay
+        t = r["truncation"]
+        assert t["cut"] == t["contexts"] == 2 * len(rows) and t["too_long"] == 0
+        assert t["tokens_cut"] > 2 * len(rows) * 2000
+    stats = httpx.get(url.removesuffix("/v1") + "/stats").json()
+    assert not stats.get("fault_400")
+    # an answer that cannot fit with its question alone is an error row, not a call
+    huge = [dict(rows[0], id="huge", chosen="word " * 800)]
+    release = write_release(tmp_path / "huge", huge)
+    res, _ = run(go(["judge:context_window=600"]))
+    assert res[0]["pairs"][0]["error"].startswith("too_long") and res[0]["metrics"]["errors"] == 1
+    with pytest.raises(SpecError, match="context_window=big: give a number of tokens"):
+        parse_spec("judge:context_window=big", llm=object(), judge_model="m", context="none")

@@ -47,6 +47,9 @@ def print_frame(df, title: str) -> None:
     """A leaderboard frame as a table; per-category columns by their initials (A&E, ...)."""
     table = Table(title=title)
     cols = [c for c in df.columns if c != "context"]  # the model name ends in its context
+    # nothing cut: the truncation columns say nothing here (the CSV and Markdown keep them)
+    cols = [c for c in cols if c not in ("contexts_cut", "cut_tokens_mean")
+            or not (df[c].fillna(0) == 0).all()]  # fmt: skip
     for col in cols:
         short = "&".join(w[0] for w in col[4:].split("_and_")) if col.startswith("acc_") else col
         if col == "model":  # wrapped, never cut: a judge and its blind row differ at the end

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pipeline.errors import PrbError
 from pipeline.llm.client import LLM
 from pipeline.llm.prompts import load_prompt
+from pipeline.llm.ratelimit import prompt_tokens
+from pipeline.llm.types import LLMError
 from pipeline.records import stable_id
 from pipeline.stats import word_count
 from pipeline.text import content_words
@@ -177,14 +179,23 @@ class OverlapRM(RewardModel):
 
 @dataclass
 class JudgeRM(RewardModel):
-    """An LLM judge through pipeline/llm/: pointwise (1-10 score) or pairwise (A/B/tie)."""
+    """An LLM judge through pipeline/llm/: pointwise (1-10 score) or pairwise (A/B/tie).
+
+    Its prompt fits the endpoint's context window (option `context_window=N`, else the server's
+    own figure when it gives one: vLLM's `max_model_len`; unknown: sent whole) with the judge's
+    `max_tokens` to spare: the question and the answers always go in whole, the user context is
+    cut by whole lines from its end (posts come best first), and a prompt that does not fit
+    with no context is an error row. `truncation` counts it, as the HF models' does."""
 
     llm: LLM | None = None
     model: str = ""
     stage: str = "eval"
+    window: int | None = None  # tokens; None: ask the endpoint once; 0: unknown, send whole
 
     def __post_init__(self):
         self.prompt = load_prompt("rm_pairwise" if self.pairwise else "rm_pointwise")
+        self.truncation = {"contexts": 0, "cut": 0, "tokens_cut": 0, "too_long": 0}
+        self._asked = asyncio.Lock()
 
     @classmethod
     def from_spec(cls, kind, options, positional, env):
@@ -192,24 +203,52 @@ class JudgeRM(RewardModel):
             raise SpecError(f"--rm {kind}: an LLM judge needs an endpoint")
         model = options.get("model") or (positional[0] if positional else env.judge_model)
         options = {**options, "model": model}
-        return cls(kind, options.get("context", env.context), options, llm=env.llm, model=model)
+        window = options.get("context_window")
+        if window is not None and not window.isdigit():
+            raise SpecError(f"--rm {kind}: context_window={window}: give a number of tokens")
+        return cls(kind, options.get("context", env.context), options, llm=env.llm, model=model,
+                   window=int(window) if window else None)  # fmt: skip
+
+    async def fit(self, variables: dict) -> dict:
+        """`variables` with the user context cut to fit the window; LLMError("too_long") if
+        the question and the answers alone do not fit."""
+        async with self._asked:
+            if self.window is None:
+                self.window = await self.llm.context_window(self.model) or 0
+        self.truncation["contexts"] += 1
+        if not self.window:
+            return variables
+        budget = self.window - int(self.prompt.params.get("max_tokens") or 0)
+        size = lambda v: prompt_tokens(self.prompt.render(**v))  # noqa: E731
+        full = size(variables)
+        if full <= budget:
+            return variables
+        lines = variables["user_context"].split("\n")
+        fitted, kept = variables | {"user_context": ""}, size(variables | {"user_context": ""})
+        if kept > budget:
+            self.truncation["too_long"] += 1
+            raise LLMError("too_long", f"the question and the answers need {kept} tokens of "
+                           f"the {self.window}-token context window")  # fmt: skip
+        lo, hi = 0, len(lines)  # the most lines that fit: binary search on the prefix
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            trial = variables | {"user_context": "\n".join(lines[:mid])}
+            if (n := size(trial)) <= budget:
+                lo, fitted, kept = mid, trial, n
+            else:
+                hi = mid - 1
+        self.truncation["cut"] += 1
+        self.truncation["tokens_cut"] += full - kept
+        return fitted
 
     async def score_many(self, queries):
-        results = await asyncio.gather(
-            *(
-                self.llm.call(
-                    self.prompt,
-                    stage=self.stage,
-                    model=self.model,
-                    variables={
-                        "user_context": q.context,
-                        "question": q.question,
-                        "answer": q.response,
-                    },
-                )
-                for q in queries
-            )
-        )
+        async def one(q: Query):
+            variables = await self.fit({"user_context": q.context, "question": q.question,
+                                        "answer": q.response})  # fmt: skip
+            return await self.llm.call(self.prompt, stage=self.stage, model=self.model,
+                                       variables=variables)  # fmt: skip
+
+        results = await asyncio.gather(*(one(q) for q in queries))
         return [r.value.score for r in results]
 
 
@@ -218,12 +257,10 @@ class PairwiseJudgeRM(JudgeRM):
     pairwise = True
 
     async def prefer(self, context, question, a, b):
-        result = await self.llm.call(
-            self.prompt,
-            stage=self.stage,
-            model=self.model,
-            variables={"user_context": context, "question": question, "answer_a": a, "answer_b": b},
-        )
+        variables = await self.fit({"user_context": context, "question": question,
+                                    "answer_a": a, "answer_b": b})  # fmt: skip
+        result = await self.llm.call(self.prompt, stage=self.stage, model=self.model,
+                                     variables=variables)  # fmt: skip
         return result.value.choice
 
     async def score_many(self, queries):

@@ -291,6 +291,11 @@ class LLM:
             raise LLMError(kind, str(e)) from None
         raise AssertionError("unreachable")
 
+    async def context_window(self, model: str) -> int | None:
+        """The endpoint's context window for `model` if its backend can tell; None if not."""
+        ask = getattr(self.backend, "context_window", None)
+        return await ask(model) if ask else None
+
     async def aclose(self) -> None:
         # requests still in flight (a run stopped part way) are cancelled, not left to fail
         # against a closed client after the loop has moved on

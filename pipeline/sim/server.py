@@ -142,7 +142,10 @@ def create_app(opts: SimOptions) -> FastAPI:
     async def models():
         return {
             "object": "list",
-            "data": [{"id": m, "object": "model", "owned_by": "prb"} for m in MODELS],
+            # vLLM's field for the context window, when the simulator enforces one
+            "data": [{"id": m, "object": "model", "owned_by": "prb"}
+                     | ({"max_model_len": opts.context_limit} if opts.context_limit else {})
+                     for m in MODELS],  # fmt: skip
         }
 
     @app.get("/stats")

@@ -39,12 +39,12 @@ async def qualification(ctx: RunContext, pairs: Records) -> dict | None:
     on = [c for c in CHECKS if c.enabled(cfg)]
     if not any(c.cost for c in on):
         return None
-    free = [c for c in on if c.floor]
-    shared = {c.name: c.prepare(pairs, cfg) for c in free if c.prepare}
+    floor = [c for c in on if c.floor]
+    shared = {c.name: c.prepare(pairs, cfg) for c in floor if c.prepare}
 
     def above_floor(pair: Pair) -> bool:
-        found = (c.measure(pair, {}, shared.get(c.name)) for c in free)
-        return not any(r is not None and c.decide(r, cfg) for c, r in zip(free, found, strict=True))
+        found = zip(floor, (c.measure(pair, {}, shared.get(c.name)) for c in floor), strict=True)
+        return not any(r is not None and c.decide(r, cfg) for c, r in found)
 
     return await qualify(ctx, pairs, above_floor)
 

@@ -54,6 +54,18 @@ class OpenAIBackend:
             ),
         )
 
+    async def context_window(self, model: str) -> int | None:
+        """The server's context window for `model`, where its model list says it (vLLM's
+        `max_model_len`); None otherwise."""
+        try:
+            page = await self.client.models.list()
+        except openai.OpenAIError:
+            return None
+        for m in page.data:
+            if m.id == model and isinstance((m.model_extra or {}).get("max_model_len"), int):
+                return m.model_extra["max_model_len"]
+        return None
+
     async def send(self, req: Request) -> Reply:
         try:
             # the client's generic `post` for the chat-completions endpoint, returning the raw
