@@ -72,13 +72,13 @@ def items(pairs, n: int, sound=lambda _: True) -> list[dict]:
     if len(answers) < 2:
         return []
     out = []
-    for i, (question, pid, sound) in enumerate(answers[:n]):
+    for i, (question, pid, text) in enumerate(answers[:n]):
         other = answers[(i + 1) % len(answers)][2]
-        bad = {"truncated": truncated(sound), "shuffled": shuffled(sound),
-               "off_question": other, "degenerate": degenerate(sound)}  # fmt: skip
-        out += [{"pair_id": pid, "kind": kind, "question": question, "sound": sound,
+        bad = {"truncated": truncated(text), "shuffled": shuffled(text),
+               "off_question": other, "degenerate": degenerate(text)}  # fmt: skip
+        out += [{"pair_id": pid, "kind": kind, "question": question, "sound": text,
                  "corrupt": bad[kind]} for kind in KINDS
-                if bad[kind] and bad[kind].strip() != sound.strip()]  # fmt: skip
+                if bad[kind] and bad[kind].strip() != text.strip()]  # fmt: skip
     return out
 
 

@@ -36,6 +36,16 @@ def test_rates_count_picks_of_the_sound_answer_and_agreement_across_orders():
     assert (found["prefers_sound"]["k"], found["prefers_sound"]["n"]) == (3, 8)
     assert (found["consistent"]["k"], found["consistent"]["n"]) == (3, 4)  # A/A is position
     assert found["prefers_sound"]["low"] < 3 / 8 < found["prefers_sound"]["high"]
+    # a failed call counts in neither rate; an item with one failed order has no consistency
+    half = rates([("A", None), (None, "B")])
+    assert (half["prefers_sound"]["k"], half["prefers_sound"]["n"]) == (2, 2)
+    assert half["consistent"]["n"] == 0 and half["consistent"]["value"] is None
+    card = qualification_md({
+        "judge_model": "j", "answers": 1, "items": 2, "calls": 4, "passed": True,
+        "prefers_sound": half["prefers_sound"], "consistent": found["consistent"],
+        "by_corruption": {"truncated": half},
+        "thresholds": {"min_prefers_sound": 0.75, "min_consistent": 0.7}})  # fmt: skip
+    assert "| truncated | 100% (2/2) | – |" in card
 
 
 @pytest.mark.parametrize("judge", ["always_a", "random"])

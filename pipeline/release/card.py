@@ -166,10 +166,11 @@ def qualification_md(found: dict) -> str:
                                    "calls failed at the endpoint")  # fmt: skip
         return f"The judge `{found['judge_model']}` could not be qualified on this build: {why}."
     p, c, t = found["prefers_sound"], found["consistent"], found["thresholds"]
-    rows = [[kind, f"{r['prefers_sound']['value']:.0%} ({r['prefers_sound']['k']}/"
-             f"{r['prefers_sound']['n']})", f"{r['consistent']['value']:.0%} "
-             f"({r['consistent']['k']}/{r['consistent']['n']})"]
-            for kind, r in found["by_corruption"].items() if r["prefers_sound"]["n"]]  # fmt: skip
+    def rate(r: dict) -> str:  # a rate no verdict went into (failed calls) reads "–"
+        return f"{r['value']:.0%} ({r['k']}/{r['n']})" if r["n"] else "–"
+
+    rows = [[kind, rate(r["prefers_sound"]), rate(r["consistent"])]
+            for kind, r in found["by_corruption"].items()]  # fmt: skip
     verdict = ("It **failed** the thresholds and the build went on only because it was told to "
                "(`--accept-weak-judge`): this release was filtered by a weak judge."
                if found.get("accepted_weak") else "It passed.")  # fmt: skip
