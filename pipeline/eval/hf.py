@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
-from pipeline.eval.rewards import Query, RewardModel, SpecError
+from pipeline.eval.rewards import Query, RewardModel, SpecError, fit_context, truncation_counts
 
 try:
     import torch
@@ -127,7 +127,7 @@ class HFRewardModel(RewardModel):
         window = getattr(self.net.config, "max_position_embeddings", None) or WINDOW
         # BERT-like models keep position ids for padding/special offsets: stay 2 short of it
         self.max_length = min(self.max_length or window, window) - (2 if window < 4096 else 0)
-        self.truncation = {"contexts": 0, "cut": 0, "tokens_cut": 0, "too_long": 0}
+        self.truncation = truncation_counts()
 
     def _length(self, q: Query) -> int:
         return int(self._encode([q], truncate=False)["input_ids"].shape[1])
@@ -135,27 +135,9 @@ class HFRewardModel(RewardModel):
     def fit(self, q: Query) -> Query | None:
         """`q` with its context cut (whole lines from the end) until question, answer and
         context fit `max_length`; None if the question and the answer alone do not fit."""
-        self.truncation["contexts"] += 1
-        full = self._length(q)
-        if full <= self.max_length:
-            return q
-        fitted = replace(q, context="")
-        kept = self._length(fitted)
-        if kept > self.max_length:
-            self.truncation["too_long"] += 1
-            return None
-        lines = q.context.split("\n")
-        lo, hi = 0, len(lines)  # the most lines that fit: binary search on the prefix
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            trial = replace(q, context="\n".join(lines[:mid]))
-            if (n := self._length(trial)) <= self.max_length:
-                lo, fitted, kept = mid, trial, n
-            else:
-                hi = mid - 1
-        self.truncation["cut"] += 1
-        self.truncation["tokens_cut"] += full - kept
-        return fitted
+        context = fit_context(q.context, lambda c: self._length(replace(q, context=c)),
+                              self.max_length, self.truncation)  # fmt: skip
+        return None if context is None else replace(q, context=context)
 
     def _encode(self, batch: list[Query], truncate: bool = True):
         """Token ids of (context + question, answer); `truncate` only as a guard: `fit` has

@@ -58,6 +58,37 @@ def user_context(row: dict, mode: str) -> str:
     raise SpecError(f"unknown context mode {mode!r}; use one of {', '.join(CONTEXT_MODES)}")
 
 
+def truncation_counts() -> dict[str, int]:
+    """A model's truncation figures: contexts seen, cut, tokens cut, too long to fit at all."""
+    return {"contexts": 0, "cut": 0, "tokens_cut": 0, "too_long": 0}
+
+
+def fit_context(context: str, size, budget: int, counts: dict) -> str | None:
+    """The user context cut by whole lines from its end (posts come best first) until
+    `size(context)` fits `budget`; None if it does not fit even empty. `counts` (a model's
+    truncation_counts) is updated. The rule every reward model and judge truncates by."""
+    counts["contexts"] += 1
+    full = size(context)
+    if full <= budget:
+        return context
+    fitted, kept = "", size("")
+    if kept > budget:
+        counts["too_long"] += 1
+        return None
+    lines = context.split("\n")
+    lo, hi = 0, len(lines)  # the most lines that fit: binary search on the prefix
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        trial = "\n".join(lines[:mid])
+        if (n := size(trial)) <= budget:
+            lo, fitted, kept = mid, trial, n
+        else:
+            hi = mid - 1
+    counts["cut"] += 1
+    counts["tokens_cut"] += full - kept
+    return fitted
+
+
 @dataclass(frozen=True)
 class Query:
     context: str
@@ -194,7 +225,7 @@ class JudgeRM(RewardModel):
 
     def __post_init__(self):
         self.prompt = load_prompt("rm_pairwise" if self.pairwise else "rm_pointwise")
-        self.truncation = {"contexts": 0, "cut": 0, "tokens_cut": 0, "too_long": 0}
+        self.truncation = truncation_counts()
         self._asked = asyncio.Lock()
 
     @classmethod
@@ -215,31 +246,19 @@ class JudgeRM(RewardModel):
         async with self._asked:
             if self.window is None:
                 self.window = await self.llm.context_window(self.model) or 0
-        self.truncation["contexts"] += 1
         if not self.window:
+            self.truncation["contexts"] += 1
             return variables
         budget = self.window - int(self.prompt.params.get("max_tokens") or 0)
-        size = lambda v: prompt_tokens(self.prompt.render(**v))  # noqa: E731
-        full = size(variables)
-        if full <= budget:
-            return variables
-        lines = variables["user_context"].split("\n")
-        fitted, kept = variables | {"user_context": ""}, size(variables | {"user_context": ""})
-        if kept > budget:
-            self.truncation["too_long"] += 1
-            raise LLMError("too_long", f"the question and the answers need {kept} tokens of "
-                           f"the {self.window}-token context window")  # fmt: skip
-        lo, hi = 0, len(lines)  # the most lines that fit: binary search on the prefix
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            trial = variables | {"user_context": "\n".join(lines[:mid])}
-            if (n := size(trial)) <= budget:
-                lo, fitted, kept = mid, trial, n
-            else:
-                hi = mid - 1
-        self.truncation["cut"] += 1
-        self.truncation["tokens_cut"] += full - kept
-        return fitted
+
+        def size(context: str) -> int:
+            return prompt_tokens(self.prompt.render(**variables | {"user_context": context}))
+
+        context = fit_context(variables["user_context"], size, budget, self.truncation)
+        if context is None:
+            raise LLMError("too_long", f"the question and the answers need {size('')} tokens "
+                           f"of the {self.window}-token context window")  # fmt: skip
+        return variables | {"user_context": context}
 
     async def score_many(self, queries):
         async def one(q: Query):
