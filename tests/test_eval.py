@@ -336,3 +336,125 @@ def test_a_judge_prompt_fits_the_endpoints_window_cutting_only_the_user_context(
     assert res[0]["pairs"][0]["error"].startswith("too_long") and res[0]["metrics"]["errors"] == 1
     with pytest.raises(SpecError, match="context_window=big: give a number of tokens"):
         parse_spec("judge:context_window=big", llm=object(), judge_model="m", context="none")
+
+
+# --- the published protocol ----------------------------------------------------------------------
+
+
+def public_prompts_folder(root):
+    """A stand-in for the user's clone of the public repository: prompts/pairwise_*.txt with the
+    public placeholders (the wording is this test's own)."""
+    folder = root / "public-repo" / "prompts"
+    folder.mkdir(parents=True)
+    (folder / "pairwise_system.txt").write_text(
+        "Compare two responses to a question. Explain briefly, then end with 'Result: A' or "
+        "'Result: B'.\n", encoding="utf-8")  # fmt: skip
+    (folder / "pairwise_user.txt").write_text(
+        "Question:\n```\n{question}\n```\n\nFirst:\n```\n{Response_A}\n```\n\nSecond:\n```\n"
+        "{Response_B}\n```\n", encoding="utf-8")  # fmt: skip
+    return folder.parent
+
+
+def public_pairwise(url, folder, rows) -> dict[str, dict]:
+    """The public pairwise scorer, re-implemented from its description: per category a
+    generator seeded 42 draws once per pair whether chosen is A; the user template filled by
+    plain replacement; temperature 0, 512 tokens; the verdict is what follows "result:" after
+    the last </think>, quotes and asterisks removed; none found counts as A."""
+    import random
+
+    import openai
+
+    system = (folder / "prompts" / "pairwise_system.txt").read_text().strip()
+    template = (folder / "prompts" / "pairwise_user.txt").read_text().strip()
+    client = openai.OpenAI(base_url=url, api_key="sk-test")
+    out, rngs = {}, {}
+    for r in rows:
+        first = rngs.setdefault(r["category"], random.Random(42)).random() < 0.5
+        a, b = (r["chosen"], r["rejected"]) if first else (r["rejected"], r["chosen"])
+        user = template.replace("{question}", r["question"]).replace("{Response_A}", a)
+        user = user.replace("{Response_B}", b)
+        reply = client.chat.completions.create(
+            model="prb-sim-1", temperature=0.0, max_tokens=512, seed=0,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+            extra_headers={"X-PRB-Task": "published_pairwise"},  # how the simulator is told
+        )  # fmt: skip
+        text = reply.choices[0].message.content.strip().split("</think>")[-1].strip()
+        text = text.replace('"', "").replace("*", "").strip()
+        pred = None
+        if "result:" in text.lower():
+            rest = text.lower().split("result:")[1].strip()
+            pred = "A" if rest.startswith("a") else "B" if rest.startswith("b") else None
+        out[r["id"]] = {"first": first, "pred": pred or "A", "failed": pred is None,
+                        "correct": (pred or "A") == ("A" if first else "B")}  # fmt: skip
+    return out
+
+
+def test_the_published_pairwise_judge_equals_the_public_scorer(tmp_path, sim_url):
+    rows = [dict(r, id=f"{r['category'][:3]}-{r['id']}") for r in length_rows() + persona_rows()]
+    release = write_release(tmp_path / "release", rows)
+    repo = public_prompts_folder(tmp_path)
+
+    async def go():
+        llm = LLM(ModelConfig(base_url=sim_url), ResponseCache(tmp_path / "cache.sqlite"))
+        rm = parse_spec("judge-pair", llm=llm, judge_model="prb-sim-1", context="none",
+                        protocol="published", public_prompts=str(repo))  # fmt: skip
+        try:
+            loaded, [res] = await evaluate(release, [rm], n_resamples=100)
+        finally:
+            await llm.aclose()
+        return loaded, res, llm.usage_dict()
+
+    loaded, res, usage = run(go())
+    ref = public_pairwise(sim_url, repo, loaded)
+    assert {k: u["calls"] for k, u in usage.items()} == {f"eval {res['model']}": len(rows)}
+    for p in res["pairs"]:  # one order per pair, the scorer's; its verdict, read its way
+        want = ref[p["id"]]
+        assert (p["ab"] is not None) == want["first"] and (p["ba"] is None) == want["first"]
+        assert (p["ab"] or p["ba"]) == want["pred"] and p["won"] == want["correct"]
+    assert res["metrics"]["accuracy"] == pytest.approx(np.mean([w["correct"] for w in
+                                                                ref.values()]))  # fmt: skip
+    assert res["unparsed"] == sum(w["failed"] for w in ref.values()) > 0
+    firsts = [w["first"] for w in ref.values()]
+    assert 0 < sum(firsts) < len(firsts) and res["metrics"]["ties"] == 0
+
+
+def test_cli_names_the_protocol_and_refuses_what_it_cannot_do(tmp_path, sim_url):
+    rows = [dict(r, id=f"{r['category'][:3]}-{r['id']}") for r in length_rows() + persona_rows()]
+    release = write_release(tmp_path / "run" / "release", rows)
+    config = write_config(tmp_path, sim_url)
+    repo = public_prompts_folder(tmp_path)
+    base = ["eval", release, "--config", str(config), "--bootstrap", "50"]
+    ok = CliRunner().invoke(app, [*base, "--protocol", "published", "--public-prompts", str(repo),
+                                  "--rm", "length", "--rm", "judge-pair"])  # fmt: skip
+    assert ok.exit_code == 0, ok.output
+    assert "protocol published, ties lose" in " ".join(ok.output.split())
+    out = tmp_path / "run" / "eval"
+    board = pd.read_csv(out / "leaderboard.csv")
+    assert set(board["protocol"]) == {"published"} and set(board["tie_rule"]) == {"lose"}
+    assert set(board["context"]) == {"none"}  # the question only
+    notes = (out / "leaderboard.md").read_text()
+    assert "Protocol `published`: the public scorer's rules" in notes and "Ties: ties lose" in notes
+    detail = json.loads((out / "models" / "judge-pair-model-prb-sim-1-none.json").read_text())
+    assert detail["protocol"] == "published" and "counts as A" in detail["scoring"]
+    prb = CliRunner().invoke(app, [*base, "--rm", "length"])
+    assert prb.exit_code == 0 and "protocol prb, ties lose" in " ".join(prb.output.split())
+    assert "Protocol `prb`" in (out / "leaderboard.md").read_text()
+    for extra, said in (
+        (["--context", "profile"], "--context profile: the published protocol gives the model "
+                                   "the question only"),
+        (["--rm", "judge"], "the published protocol has no pointwise LLM judge"),
+        (["--rm", "judge-pair"], "needs --public-prompts DIR"),
+        (["--rm", "judge-pair", "--public-prompts", str(tmp_path)],
+         "pairwise_system.txt: cannot read the public judge prompt (no such file)"),
+    ):  # fmt: skip
+        bad = CliRunner().invoke(app, [*base, "--protocol", "published", *extra])
+        assert bad.exit_code == 2 and said in " ".join(bad.output.split()), bad.output
+        assert "Traceback" not in bad.output
+    (repo / "prompts" / "pairwise_user.txt").write_text("Compare {question} and {Response_A}.")
+    bad = CliRunner().invoke(app, [*base, "--protocol", "published", "--public-prompts",
+                                   str(repo), "--rm", "judge-pair"])  # fmt: skip
+    assert bad.exit_code == 2 and "pairwise_user.txt: no {Response_B} in the template" in " ".join(
+        bad.output.split()
+    )
+    bad = CliRunner().invoke(app, [*base, "--protocol", "public"])
+    assert bad.exit_code == 2 and "--protocol public: use one of prb, published" in bad.output

@@ -205,3 +205,119 @@ def test_dtype_device_map_and_token_batches(tiny_rm):
         spec(f"hf:{path},dtype=fp64")
     with pytest.raises(SpecError, match="unknown arch=ranker"):
         spec(f"hf:{path},arch=ranker")
+
+
+# --- the published protocol ----------------------------------------------------------------------
+
+CHAT = "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }}\n{% endfor %}"
+
+
+@pytest.fixture(scope="module")
+def tiny_chat_rms(tiny_rm, tmp_path_factory):
+    """Llama-style sequence classifiers with a chat template, as the public scorer expects:
+    one with a single reward logit, one with two labels (scored by the last one's softmax)."""
+    bert_path, rows = tiny_rm
+    tokenizer = transformers.AutoTokenizer.from_pretrained(bert_path)
+    tokenizer.chat_template = CHAT
+    paths = {}
+    for labels in (1, 2):
+        torch.manual_seed(labels)
+        config = transformers.LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+            pad_token_id=tokenizer.pad_token_id, num_labels=labels,
+        )  # fmt: skip
+        path = tmp_path_factory.mktemp(f"tiny-chat-rm-{labels}")
+        transformers.LlamaForSequenceClassification(config).save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        paths[labels] = path
+    return paths, rows
+
+
+def public_pointwise(path, rows, dtype) -> dict[str, dict[str, float]]:
+    """The public pointwise scorer, re-implemented from its description: each category on its
+    own, the answers in order (chosen, rejected per pair) in batches of 8; the chat [user:
+    question, assistant: answer] through the chat template, tokenized with padding, cut from the
+    right at 8,192 tokens; one logit as it is, else the softmax of the last label."""
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype)
+    model.eval()
+    scores: dict[str, dict[str, float]] = {}
+    for category in dict.fromkeys(r["category"] for r in rows):
+        entries = [
+            (r["id"], label, r["question"], r[label])
+            for r in rows
+            if r["category"] == category
+            for label in ("chosen", "rejected")
+        ]
+        for i in range(0, len(entries), 8):
+            batch = entries[i : i + 8]
+            texts = [tok.apply_chat_template([{"role": "user", "content": q},
+                                              {"role": "assistant", "content": a}], tokenize=False)
+                     for _, _, q, a in batch]  # fmt: skip
+            enc = tok(texts, return_tensors="pt", padding=True, truncation=True, max_length=8192)
+            with torch.no_grad():
+                logits = model(**enc).logits
+            for j, (rid, label, _, _) in enumerate(batch):
+                score = (logits[j, 0].item() if logits.shape[-1] == 1
+                         else torch.softmax(logits[j], dim=-1)[-1].item())  # fmt: skip
+                scores.setdefault(rid, {})[label] = score
+    return scores
+
+
+def test_the_published_protocol_equals_the_public_pointwise_scorer(tiny_chat_rms, tmp_path):
+    """On every pair of a release (two categories with pair counts that are not multiples of
+    the batch, and one pair whose answers run past 8,192 tokens), `--protocol published` gives
+    the public scorer's score to 1e-5 and its win rate (ties lose), in bf16 (its dtype) and
+    fp32, for a one-logit and a two-label model; the profile never goes in, and the answers
+    it cut are counted."""
+    from pipeline.eval.evaluate import evaluate
+
+    paths, rows = tiny_chat_rms
+    long = "word " * 8300  # both answers cut to the same 8,192 tokens: a tie, which loses
+    rows = [
+        dict(
+            r,
+            id=f"{r['category'][:3]}-{r['id']}",
+            profile=[{"id": "x", "category": r["category"], "text": "I garden. " * 50}],
+        )
+        for r in rows
+    ] + [row_like(rows[0], id="long", chosen=long + "yes", rejected=long)]
+    release = write_release(tmp_path / "release", rows)
+    for labels, dtype in ((1, None), (2, "fp32")):
+        path = paths[labels]
+        rm = parse_spec(f"hf:{path}" + (f",dtype={dtype}" if dtype else ""), llm=None,
+                        judge_model="", context="none", protocol="published")  # fmt: skip
+        assert rm.net.dtype == (torch.bfloat16 if dtype is None else torch.float32)
+        loaded, [result] = asyncio.run(evaluate(release, [rm], n_resamples=50))
+        ref = public_pointwise(path, loaded, torch.bfloat16 if dtype is None else torch.float32)
+        for p in result["pairs"]:
+            assert p["score_chosen"] == pytest.approx(ref[p["id"]]["chosen"], abs=1e-5)
+            assert p["score_rejected"] == pytest.approx(ref[p["id"]]["rejected"], abs=1e-5)
+        wins = sum(s["chosen"] > s["rejected"] for s in ref.values())
+        assert result["metrics"]["accuracy"] == pytest.approx(wins / len(ref), abs=1e-12)
+        assert 0 < wins < len(ref) and len({round(s["chosen"], 4) for s in ref.values()}) > 3
+        long_pair = next(p for p in result["pairs"] if p["id"] == "long")
+        assert long_pair["score_chosen"] == long_pair["score_rejected"] and not long_pair["won"]
+        assert result["truncation"]["answers_cut"] == 2 and result["protocol"] == "published"
+        assert result["context"] == "none"
+
+
+def row_like(base: dict, **changes) -> dict:
+    return {**base, **changes, "category": "Lifestyle_and_Personal_Development"}
+
+
+def test_the_published_protocol_refuses_what_its_scorer_does_not_do(tiny_rm, tiny_chat_rms):
+    from pipeline.eval.rewards import SpecError
+
+    bert, _ = tiny_rm
+    paths, _ = tiny_chat_rms
+    published = {"llm": None, "judge_model": "", "context": "none", "protocol": "published"}
+    with pytest.raises(SpecError, match="no chat template, which the published protocol"):
+        parse_spec(f"hf:{bert}", **published)
+    with pytest.raises(SpecError, match="max_length is fixed by the published protocol"):
+        parse_spec(f"hf:{paths[1]},max_length=512", **published)
+    with pytest.raises(SpecError, match="the published protocol has no pairwise ranker"):
+        parse_spec(f"hf-pair:{paths[1]}", **published)
+    with pytest.raises(SpecError, match="gives the model the question only"):
+        parse_spec(f"hf:{paths[1]},context=profile", **published)

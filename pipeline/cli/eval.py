@@ -38,7 +38,17 @@ def eval_command(
         f"Kinds: {help_text()}. Default: the three baselines.",
     ),
     context: str = typer.Option(
-        "profile", help="User context the models see: profile, aspects, narrative or none."
+        None, help="User context the models see: profile (the default), aspects, narrative or "
+        "none. The published protocol: none."
+    ),
+    protocol: str = typer.Option(
+        "prb", help="Scoring rules: prb (personalized: the user context, cut to fit, never the "
+        "answer; judges see both A/B orders) or published (the public scorer's: the question "
+        "only, one seeded A/B order, 8,192-token inputs; see pipeline/eval/protocol.py)."
+    ),
+    public_prompts: Path = typer.Option(
+        None, help="--protocol published with judge-pair: your clone of the public Personalized "
+        "RewardBench repository, whose prompts/pairwise_*.txt the judge is given."
     ),
     out: Path = typer.Option(None, help="Output folder (default: RELEASE/../eval)."),
     config: Path = typer.Option(
@@ -75,7 +85,10 @@ def eval_command(
     if do_rl:
         if policy is None:
             raise fail("prb eval rl needs --policy PATH (a Hugging Face causal LM folder)", 2)
-        eval_rl(args[1], rm, config, base_url, sim, context, out, policy, steps, device, oracle)
+        if protocol != "prb":
+            raise fail("prb eval rl runs under prb's protocol: drop --protocol", 2)
+        where = (args[1], rm, config, base_url, sim, context or "profile", out)
+        eval_rl(*where, policy, steps, device, oracle)
         return
     release = args[-1]  # any release (pipeline/release/load.py): a folder, a file, hf:NAME
     bon = {"n": n, "candidates": candidates, "generator": generator, "oracle": oracle}
@@ -93,10 +106,16 @@ def eval_command(
                 seed=seed,
                 bon=bon if do_bon else None,
                 blind_variants=blind and not do_bon,  # BoN: only the models asked for
+                protocol=protocol,
+                public_prompts=public_prompts,
             )
         )
     warn_release(summary["warnings"])
-    print_frame(summary["leaderboard"], "reward-model leaderboard (pairwise accuracy)")
+    from pipeline.eval.protocol import PROTOCOLS
+
+    rules = PROTOCOLS[protocol]
+    print_frame(summary["leaderboard"], f"reward-model leaderboard (pairwise accuracy; protocol "
+                f"{rules.name}, ties {rules.tie_rule})")  # fmt: skip
     for name, path in summary["paths"].items():
         console.print(f"{name}: {path}", highlight=False)
     if do_bon:

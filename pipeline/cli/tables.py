@@ -40,7 +40,8 @@ def print_correlation(downstream: str, c: dict) -> None:
 
 HEADERS = {"longer_preferred": "longer", "chosen_as_a": "as A", "chosen_as_b": "as B",
            "needs_user": "user adds", "contexts_cut": "cut",
-           "cut_tokens_mean": "tok/cut"}  # fmt: skip
+           "cut_tokens_mean": "tok/cut", "answers_cut": "answers cut",
+           "tie_rule": "ties"}  # fmt: skip
 
 
 def print_frame(df, title: str) -> None:
@@ -48,8 +49,14 @@ def print_frame(df, title: str) -> None:
     table = Table(title=title)
     cols = [c for c in df.columns if c != "context"]  # the model name ends in its context
     # nothing cut: the truncation columns say nothing here (the CSV and Markdown keep them)
-    cols = [c for c in cols if c not in ("contexts_cut", "cut_tokens_mean")
-            or not (df[c].fillna(0) == 0).all()]  # fmt: skip
+    cols = [
+        c
+        for c in cols
+        if c not in ("contexts_cut", "cut_tokens_mean", "answers_cut", "unparsed")
+        or not (df[c].fillna(0) == 0).all()
+    ]
+    # one protocol: the title names it and its tie rule (the CSV and Markdown keep the columns)
+    cols = [c for c in cols if c not in ("protocol", "tie_rule") or df[c].nunique() > 1]
     for col in cols:
         short = "&".join(w[0] for w in col[4:].split("_and_")) if col.startswith("acc_") else col
         if col == "model":  # wrapped, never cut: a judge and its blind row differ at the end

@@ -268,6 +268,9 @@ def write_bon(
         f"{info['prompts']} prompts, N = {info['n']} candidates ({md(info['source'])}); oracle "
         f"{md(info['oracle'])} grades each rubric aspect 0/1/2. Mean oracle quality: best "
         f"candidate {info['oracle_best']:.3f}, random candidate {info['oracle_random']:.3f}.",
+        "Accuracy under protocol `prb` (ties lose); a reward model's tie among the candidates "
+        "is broken by a seeded draw; the win rate against a random candidate counts oracle ties "
+        "half.",
         f"Accuracy vs Best-of-N win rate over {c['models']} models: Spearman rho = "
         f"{c['spearman']:.3f}, Kendall tau = {c['kendall']:.3f}, NDCG = {c['ndcg']:.3f}.",
     ]

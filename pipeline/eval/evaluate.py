@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import csvfile, progress
+from pipeline.eval.protocol import PROTOCOLS, chosen_first
 from pipeline.eval.report import bar_plot, leaderboard, slug, to_markdown
 from pipeline.eval.rewards import Query, RewardModel, user_context
 from pipeline.llm.types import LLMError, PermanentLLMError
@@ -61,22 +62,38 @@ async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairSco
         ctx = user_context(row, rm.context)
         return [Query(ctx, row["question"], row[k]) for k in ("chosen", "rejected")]
 
-    if rm.batched:  # local models: one call over every answer, so batches fill up
-        flat = await rm.score_many([q for row in rows for q in queries(row)])
-        shown.done = len(rows)
+    if rm.batched:  # local models: one call per category over its answers, so batches fill
+        by_category: dict[str, list[int]] = {}  # up (and never mix categories, as the public
+        for i, row in enumerate(rows):  # scorer's runs, one subset each, never do)
+            by_category.setdefault(row["category"], []).append(i)
+        flat: list[float | None] = [None] * (2 * len(rows))
+        for idx in by_category.values():
+            scored = await rm.score_many([q for i in idx for q in queries(rows[i])])
+            for k, i in enumerate(idx):
+                flat[2 * i], flat[2 * i + 1] = scored[2 * k], scored[2 * k + 1]
+            shown.done += len(idx)
         too_long = "an answer does not fit the model's context window with its question"
         return [result(row, flat[2 * i], flat[2 * i + 1],
                        error=too_long if None in (flat[2 * i], flat[2 * i + 1]) else None)
                 for i, row in enumerate(rows)]  # fmt: skip
 
-    async def one(row) -> PairScore:
-        scored = await _one(row)
+    # the published protocol: one A/B order per pair, drawn as its scorer draws it
+    first = chosen_first(rows) if rm.protocol == "published" else None
+
+    async def one(i, row) -> PairScore:
+        scored = await _one(i, row)
         shown.advance()
         return scored
 
-    async def _one(row) -> PairScore:
+    async def _one(i, row) -> PairScore:
         c, r = queries(row)
         try:
+            if rm.pairwise and first is not None:
+                a, b = (c, r) if first[i] else (r, c)
+                verdict = await rm.prefer(c.context, c.question, a.response, b.response)
+                won = verdict == ("A" if first[i] else "B")
+                return result(row, float(won), float(not won), ab=verdict if first[i] else None,
+                              ba=None if first[i] else verdict)  # fmt: skip
             if rm.pairwise:  # both A/B orders; a point per verdict, half a point per tie
                 ab, ba = await asyncio.gather(
                     rm.prefer(c.context, c.question, c.response, r.response),
@@ -91,7 +108,7 @@ async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairSco
         except LLMError as e:
             return result(row, None, None, error=f"{e.kind}: {e.detail}"[:300])
 
-    return list(await asyncio.gather(*(one(row) for row in rows)))
+    return list(await asyncio.gather(*(one(i, row) for i, row in enumerate(rows))))
 
 
 def accuracy(scores: list[PairScore], n_resamples: int = 1000, seed: int = 0) -> dict:
@@ -206,15 +223,26 @@ async def evaluate(
                 "options": rm.options,
                 "blind_of": getattr(rm, "blind_of", None),
                 "release": _release_info(release),
-                "scoring": "won iff score_chosen > score_rejected; ties and errors lose",
+                "protocol": rm.protocol,
+                "scoring": f"{PROTOCOLS[rm.protocol].rules}; {PROTOCOLS[rm.protocol].ties}; "
+                "errors lose",
                 "bootstrap": {"resamples": n_resamples, "seed": seed, "method": "percentile"},
                 "metrics": metrics(scores, n_resamples, seed),
                 # contexts cut to fit the model (answers never are); None: not measured
                 "truncation": dict(rm.truncation) if hasattr(rm, "truncation") else None,
+                # verdicts the published protocol read as A (none found in the answer)
+                "unparsed": rm.unparsed
+                if rm.protocol == "published" and rm.pairwise and hasattr(rm, "unparsed")
+                else None,
                 "pairs": [s.model_dump() for s in scores],
             }
         )
     return rows, results
+
+
+def protocols_of(results: list[dict]):
+    """The protocols the results were scored under, each once."""
+    return [PROTOCOLS[name] for name in dict.fromkeys(r["protocol"] for r in results)]
 
 
 def write_results(
@@ -230,6 +258,7 @@ def write_results(
     df = leaderboard(results)
     longer = np.mean([word_count(r["chosen"]) > word_count(r["rejected"]) for r in rows])
     notes = [
+        *(f"Protocol `{p.name}`: {p.rules}. Ties: {p.ties}." for p in protocols_of(results)),
         f"{len(rows)} pairs. A pair is won only if chosen scores strictly above rejected "
         "(ties lose). CI: 95% percentile bootstrap.",
         f"`longer_preferred`: share of untied, unequal-length pairs where the model scored the "
@@ -254,20 +283,36 @@ async def run(
     specs: list[str],
     cfg,
     *,
-    context: str = "profile",
+    context: str | None = None,
     out: Path,
     n_resamples: int = 1000,
     seed: int = 0,
     bon: dict | None = None,
     blind_variants: bool = True,
+    protocol: str = "prb",
+    public_prompts: str | None = None,
 ) -> dict:
     """What `prb eval` does: build the adapters, score the release, write the results; with
-    `bon` (n, candidates, generator, oracle) also the Best-of-N check under out/bon/."""
+    `bon` (n, candidates, generator, oracle) also the Best-of-N check under out/bon/. `context`
+    None: the protocol's (prb: profile; published: none)."""
     from pipeline.eval.models import parse_spec
+    from pipeline.eval.protocol import ProtocolError
+    from pipeline.eval.protocol import protocol as named
     from pipeline.llm.client import session
 
+    rules = named(protocol)
+    if rules.context is not None and context not in (None, rules.context):
+        raise ProtocolError(f"--context {context}: the {protocol} protocol gives the model "
+                            f"{'the question only' if rules.context == 'none' else rules.context}"
+                            "; drop --context or use --protocol prb")  # fmt: skip
+    if bon is not None and protocol != "prb":
+        raise ProtocolError(f"--protocol {protocol} scores the pairs only; Best-of-N runs under "
+                            "prb's protocol: drop --protocol")  # fmt: skip
+    context = context or rules.context or "profile"
     async with session(cfg) as llm:
-        rms = [parse_spec(s, llm=llm, judge_model=cfg.model.judge, context=context) for s in specs]
+        rms = [parse_spec(s, llm=llm, judge_model=cfg.model.judge, context=context,
+                          protocol=protocol, public_prompts=public_prompts)
+               for s in specs]  # fmt: skip
         if blind_variants:
             rms = with_blind_variants(rms)
         rows, info = load_rows(release)

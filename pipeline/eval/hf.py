@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
+from pipeline.eval.protocol import PUBLIC_MAX_LENGTH
 from pipeline.eval.rewards import Query, RewardModel, SpecError, fit_context, truncation_counts
 
 try:
@@ -96,11 +97,23 @@ class HFRewardModel(RewardModel):
         if options.get("dtype", "auto") not in DTYPES:
             raise SpecError(f"--rm {kind}: dtype={options['dtype']}: use one of "
                             f"{', '.join(DTYPES)}")  # fmt: skip
-        return cls(kind, options.get("context", env.context), options, path=path,
+        dtype = options.get("dtype", "auto")
+        if env.protocol == "published":
+            if cls.pairwise:
+                raise SpecError(f"--rm {kind}: the published protocol has no pairwise ranker; "
+                                "use hf:PATH or judge-pair, or --protocol prb")  # fmt: skip
+            fixed = [k for k in ("max_length", "max_batch_tokens") if k in options]
+            if fixed:
+                raise SpecError(f"--rm {kind}: {', '.join(fixed)} is fixed by the published "
+                                "protocol (8,192 tokens; batches of batch_size answers in release "
+                                "order); drop it or use "
+                                "--protocol prb")  # fmt: skip
+            dtype = options.get("dtype", "bf16")  # its scorer loads bf16
+        return cls(kind, options.get("context", env.context), options, env.protocol, path=path,
                    device=options.get("device", "auto"),
                    batch_size=int(options.get("batch_size", 8)),
                    max_length=int(limit) if limit else None,
-                   dtype=options.get("dtype", "auto"), device_map=options.get("device_map"),
+                   dtype=dtype, device_map=options.get("device_map"),
                    max_batch_tokens=int(budget) if budget else None,
                    arch=options.get("arch"))  # fmt: skip
 
@@ -128,6 +141,12 @@ class HFRewardModel(RewardModel):
         # BERT-like models keep position ids for padding/special offsets: stay 2 short of it
         self.max_length = min(self.max_length or window, window) - (2 if window < 4096 else 0)
         self.truncation = truncation_counts()
+        if self.protocol == "published":
+            if not self.tokenizer.chat_template:
+                raise ValueError(f"{self.path}: the tokenizer has no chat template, which the "
+                                 "published protocol applies; use --protocol prb")  # fmt: skip
+            self.max_length = PUBLIC_MAX_LENGTH  # its scorer's, whatever the model's window
+            self.truncation["answers_cut"] = 0
 
     def _length(self, q: Query) -> int:
         return int(self._encode([q], truncate=False)["input_ids"].shape[1])
@@ -141,8 +160,15 @@ class HFRewardModel(RewardModel):
 
     def _encode(self, batch: list[Query], truncate: bool = True):
         """Token ids of (context + question, answer); `truncate` only as a guard: `fit` has
-        already made every query fit, so nothing is cut here."""
+        already made every query fit, so nothing is cut here (the published protocol excepted:
+        its scorer cuts from the right)."""
         cut = {"truncation": True, "max_length": self.max_length} if truncate else {}
+        if self.protocol == "published":  # the public scorer's input, exactly
+            texts = [self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": q.question},
+                 {"role": "assistant", "content": q.response}], tokenize=False)
+                for q in batch]  # fmt: skip
+            return self.tokenizer(texts, padding=True, return_tensors="pt", **cut)
         if self.tokenizer.chat_template:
             texts = [
                 self.tokenizer.apply_chat_template(
@@ -176,22 +202,43 @@ class HFRewardModel(RewardModel):
         return out
 
     def logits(self, batch: list[Query]):
+        """The model's logits, in its own dtype."""
         enc = self._encode(batch).to(self.device)
         with torch.inference_mode():
-            return self.net(**enc).logits.float()
+            return self.net(**enc).logits
 
     def score_batch(self, queries: list[Query]) -> list[float | None]:
         """One score per query; None for an answer that does not fit the model at all."""
+        if self.protocol == "published":
+            return self._public_scores(queries)
         fitted = [self.fit(q) for q in queries]
         scorable = [q for q in fitted if q is not None]
         scores: dict[int, float] = {}
         for batch in self.batches(scorable):
-            logits = self.logits([scorable[i] for i in batch])
+            logits = self.logits([scorable[i] for i in batch]).float()
             # one label: the reward itself; several: log-odds of the last ("good") label
             reward = logits[:, 0] if logits.shape[1] == 1 else logits.log_softmax(-1)[:, -1]
             scores.update(zip(batch, reward.cpu().tolist(), strict=True))
         it = iter(scores[i] for i in range(len(scorable)))
         return [None if q is None else next(it) for q in fitted]
+
+    def _public_scores(self, queries: list[Query]) -> list[float]:
+        """The public scorer's: batches of `batch_size` in order, one logit as it is or the
+        softmax probability of the last label, in the model's dtype. What it cut from the right
+        (the answer's end) is counted, not hidden."""
+        scores: list[float] = []
+        for i in range(0, len(queries), self.batch_size):
+            batch = queries[i : i + self.batch_size]
+            for q in batch:
+                self.truncation["contexts"] += 1
+                over = self._length(q) - self.max_length
+                if over > 0:
+                    self.truncation["answers_cut"] += 1
+                    self.truncation["tokens_cut"] += over
+            logits = self.logits(batch)
+            reward = logits[:, 0] if logits.shape[1] == 1 else torch.softmax(logits, -1)[:, -1]
+            scores += reward.float().cpu().tolist()
+        return scores
 
     async def score_many(self, queries):
         return await asyncio.to_thread(self.score_batch, list(queries))
@@ -210,7 +257,7 @@ class HFPairRanker(HFRewardModel):
         q = self.fit(Query(context, question, f"Answer A: {a}\n\nAnswer B: {b}"))
         if q is None:  # the two answers do not fit with the question: no verdict
             return "tie"
-        logits = self.logits([q])[0]
+        logits = self.logits([q])[0].float()
         margin = float(logits[0]) if logits.shape[0] == 1 else float(logits[0] - logits[1])
         return "A" if margin > 0 else "B" if margin < 0 else "tie"
 

@@ -50,8 +50,10 @@ def help_text() -> str:
     return "; ".join(f"{k.name}: {k.help}" for k in REWARD_MODELS)
 
 
-def parse_spec(spec: str, *, llm, judge_model: str, context: str):
-    """The adapter (a RewardModel) a `--rm` spec names, built with its options."""
+def parse_spec(spec: str, *, llm, judge_model: str, context: str, protocol: str = "prb",
+               public_prompts: str | None = None):  # fmt: skip
+    """The adapter (a RewardModel) a `--rm` spec names, built with its options, under the named
+    scoring protocol (pipeline/eval/protocol.py)."""
     kind, _, rest = spec.partition(":")
     from pipeline.eval.rewards import CONTEXT_MODES, SpecEnv, SpecError
 
@@ -69,8 +71,12 @@ def parse_spec(spec: str, *, llm, judge_model: str, context: str):
             positional.append(part.strip())
     if options.get("context", context) not in CONTEXT_MODES:
         raise SpecError(f"--rm {spec!r}: context must be one of {', '.join(CONTEXT_MODES)}")
+    if protocol == "published" and options.get("context", "none") != "none":
+        raise SpecError(f"--rm {spec!r}: the published protocol gives the model the question "
+                        "only; drop context= or use --protocol prb")  # fmt: skip
+    env = SpecEnv(llm, judge_model, context, protocol, public_prompts)
     try:
-        return found.load().from_spec(kind, options, positional, SpecEnv(llm, judge_model, context))
+        return found.load().from_spec(kind, options, positional, env)
     except ImportError as e:
         extra = found.extra or "all"
         missing = f"{e.name} is not installed" if e.name else "a dependency is missing"

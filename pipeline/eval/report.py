@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline.eval.protocol import PROTOCOLS
 from pipeline.reports import md
 
 
@@ -40,6 +41,11 @@ def leaderboard(results: list[dict]) -> pd.DataFrame:
             # and the tokens cut per cut context (NaN: a model that does not truncate)
             "contexts_cut": (r.get("truncation") or {}).get("cut", math.nan),
             "cut_tokens_mean": _per_cut(r.get("truncation")),
+            # the published protocol cuts inputs from the right: answers that lost their end
+            "answers_cut": (r.get("truncation") or {}).get("answers_cut", math.nan),
+            "unparsed": math.nan if r.get("unparsed") is None else r["unparsed"],
+            "protocol": r.get("protocol", "prb"),  # pipeline/eval/protocol.py
+            "tie_rule": PROTOCOLS[r.get("protocol", "prb")].tie_rule,
             "blind_of": r.get("blind_of"),
         }
         rows.append(row)
@@ -60,7 +66,8 @@ def leaderboard(results: list[dict]) -> pd.DataFrame:
 def _per_cut(t: dict | None) -> float:
     if not t:
         return math.nan
-    return t["tokens_cut"] / t["cut"] if t["cut"] else 0.0
+    cuts = t["cut"] + t.get("answers_cut", 0)
+    return t["tokens_cut"] / cuts if cuts else 0.0
 
 
 def to_markdown(df: pd.DataFrame, title: str, notes: list[str] = ()) -> str:

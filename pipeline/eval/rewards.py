@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from pipeline.errors import PrbError
 from pipeline.llm.client import LLM
-from pipeline.llm.prompts import load_prompt
+from pipeline.llm.prompts import Prompt, load_prompt
 from pipeline.llm.ratelimit import prompt_tokens
 from pipeline.llm.types import LLMError
 from pipeline.records import stable_id
@@ -104,6 +104,8 @@ class SpecEnv:
     llm: LLM | None
     judge_model: str
     context: str = "profile"
+    protocol: str = "prb"  # pipeline/eval/protocol.py
+    public_prompts: str | None = None  # the public repository's clone (protocol published)
 
 
 @dataclass
@@ -113,13 +115,14 @@ class RewardModel:
     kind: str = ""
     context: str = "profile"
     options: dict = field(default_factory=dict)  # what the spec set, recorded in results
+    protocol: str = "prb"
     pairwise = False  # answers prefer(); rank() asks every ordered pair
     batched = False  # local model: score_many over a whole release at once
 
     @classmethod
     def from_spec(cls, kind: str, options: dict, positional: list[str], env: SpecEnv):
         """The adapter for `KIND[:ARG][,key=value...]` (options parsed, context resolved)."""
-        return cls(kind, options.get("context", env.context), options)
+        return cls(kind, options.get("context", env.context), options, env.protocol)
 
     @property
     def name(self) -> str:
@@ -172,7 +175,7 @@ class RandomRM(RewardModel):
 
     @classmethod
     def from_spec(cls, kind, options, positional, env):
-        return cls(kind, options.get("context", env.context), options,
+        return cls(kind, options.get("context", env.context), options, env.protocol,
                    seed=int(options.get("seed", 0)))  # fmt: skip
 
     async def score_many(self, queries):
@@ -222,23 +225,36 @@ class JudgeRM(RewardModel):
     model: str = ""
     stage: str = "eval"
     window: int | None = None  # tokens; None: ask the endpoint once; 0: unknown, send whole
+    prompt: Prompt | None = None  # None: prb's own (prompts/rm_*.yaml)
 
     def __post_init__(self):
-        self.prompt = load_prompt("rm_pairwise" if self.pairwise else "rm_pointwise")
+        if self.prompt is None:
+            self.prompt = load_prompt("rm_pairwise" if self.pairwise else "rm_pointwise")
         self.truncation = truncation_counts()
+        self.unparsed = 0  # verdicts the published protocol had to read as A
         self._asked = asyncio.Lock()
 
     @classmethod
     def from_spec(cls, kind, options, positional, env):
         if env.llm is None:
             raise SpecError(f"--rm {kind}: an LLM judge needs an endpoint")
+        if env.protocol == "published" and not cls.pairwise:
+            raise SpecError(f"--rm {kind}: the published protocol has no pointwise LLM judge "
+                            "(its scripts score with a reward model or a pairwise judge): use "
+                            "hf:PATH or judge-pair, or --protocol prb")  # fmt: skip
+        prompt = None
+        if env.protocol == "published":
+            from pipeline.eval.protocol import load_public_prompts
+
+            prompt = load_public_prompts(env.public_prompts)
         model = options.get("model") or (positional[0] if positional else env.judge_model)
         options = {**options, "model": model}
         window = options.get("context_window")
         if window is not None and not window.isdigit():
             raise SpecError(f"--rm {kind}: context_window={window}: give a number of tokens")
-        return cls(kind, options.get("context", env.context), options, llm=env.llm, model=model,
-                   window=int(window) if window else None)  # fmt: skip
+        return cls(kind, options.get("context", env.context), options, env.protocol,
+                   llm=env.llm, model=model, window=int(window) if window else None,
+                   prompt=prompt)  # fmt: skip
 
     async def fit(self, variables: dict) -> dict:
         """`variables` with the user context cut to fit the window; LLMError("too_long") if
@@ -276,11 +292,32 @@ class PairwiseJudgeRM(JudgeRM):
     pairwise = True
 
     async def prefer(self, context, question, a, b):
+        if self.protocol == "published":
+            return await self._public_prefer(question, a, b)
         variables = await self.fit({"user_context": context, "question": question,
                                     "answer_a": a, "answer_b": b})  # fmt: skip
         result = await self.llm.call(self.prompt, stage=self.stage, model=self.model,
                                      variables=variables)  # fmt: skip
         return result.value.choice
+
+    async def _public_prefer(self, question, a, b):
+        """The public scorer's prompt and reading: no user context and no fitting (its own
+        scripts send the prompt whole); no verdict found, or an empty or cut-off answer: A."""
+        from pipeline.eval.protocol import public_verdict
+
+        try:
+            result = await self.llm.call(self.prompt, stage=self.stage, model=self.model,
+                                         variables={"question": question, "Response_A": a,
+                                                    "Response_B": b})  # fmt: skip
+            verdict = public_verdict(result.value)
+        except LLMError as e:
+            if e.kind not in ("unparseable", "cut_off"):
+                raise
+            verdict = None
+        if verdict is None:
+            self.unparsed += 1
+            return "A"
+        return verdict
 
     async def score_many(self, queries):
         raise NotImplementedError("a pairwise judge compares answers; use prefer() or rank()")

@@ -66,6 +66,9 @@ class Prompt:
     params: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)  # task-specific tables, e.g. rejected strategies
     sha256: str = ""
+    # "jinja2": prb's own files; "replace": a foreign prompt filled in as its own scripts do,
+    # each `{name}` of the user text replaced in turn, the system text sent as it is
+    engine: str = "jinja2"
 
     def with_params(self, **params: object) -> Prompt:
         """The same prompt with some request parameters replaced (its hash and ref unchanged:
@@ -83,6 +86,11 @@ class Prompt:
         return _schema(self.output)
 
     def render(self, **variables: object) -> list[dict[str, str]]:
+        if self.engine == "replace":
+            user = self.user
+            for name, value in variables.items():
+                user = user.replace("{" + name + "}", str(value))
+            return [{"role": "system", "content": self.system}, {"role": "user", "content": user}]
         variables = {"output_schema": self.output_schema(), **variables}
         try:
             return [

@@ -10,7 +10,7 @@ from pipeline.sim import persona_writer, responder, rm_judge
 
 HANDLED = {"planner", "content_plan", "chosen", "rejected", "judge_quality", "judge_adherence",
            "judge_blind", "rm_pointwise", "rm_pairwise", "bon_oracle", "bon_candidate",
-           "persona_expand"}  # fmt: skip
+           "persona_expand", "published_pairwise"}  # fmt: skip
 
 
 def detect_task(header: str | None, t: dict[str, str]) -> str:
@@ -64,7 +64,8 @@ def respond(
         "content_plan": lambda: responder.content_plan(t, rng),
         "chosen": lambda: responder.chosen(t, system, rng),
         "rejected": lambda: responder.rejected(
-            t, system, rng, responder.rng_for("leak", messages).random() < float(leaky)),
+            t, system, rng, responder.rng_for("leak", messages).random() < float(leaky)
+        ),
         "judge_quality": lambda: responder.judge_quality(t, rng),
         "judge_adherence": lambda: responder.judge_adherence(t, rng),
         "judge_blind": lambda: responder.judge_blind(t, rng),
@@ -74,6 +75,7 @@ def respond(
         "rm_pairwise": lambda: rm_judge.rm_pairwise(t, rng),
         "bon_oracle": lambda: rm_judge.bon_oracle(t, rng),
         "bon_candidate": lambda: rm_judge.bon_candidate(t, system, rng),
+        "published_pairwise": lambda: rm_judge.published_pairwise(user, rng),
     }
     handlers["persona_expand"] = lambda: persona_writer.persona_expand(t, rng)
     if task == "rejected" and responder.rng_for("degrade", messages).random() < degrade_rate:

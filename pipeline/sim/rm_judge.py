@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 from pipeline.sim.responder import (
     DEGRADED,
@@ -109,3 +110,23 @@ def bon_candidate(t: dict[str, str], system: str, rng: random.Random) -> str:
     )
     text = f"{opener or 'Here is what I would suggest.'}\n{layout(points, fmt)}"
     return trim(text, budget(system))
+
+
+FENCED = re.compile(r"```\n?(.*?)\n?```", re.S)
+
+
+def published_pairwise(user: str, rng: random.Random) -> str:
+    """A general judge given the public pairwise prompt (question and two responses, each in a
+    fenced block; no user): prb's pairwise judge without a context, its verdict written as free
+    text ending in "Result: X", as the public scorer asks. Real judges do not always comply: a
+    share of answers carry markdown or a reasoning block, and some no result at all."""
+    blocks = FENCED.findall(user)
+    question, a, b = (blocks + ["", "", ""])[:3]
+    choice = json.loads(rm_pairwise({"question": question, "answer_a": a, "answer_b": b}, rng))
+    verdict = {"A": "A", "B": "B", "tie": "Tie"}[choice["choice"]]
+    roll = rng.random()
+    if roll < 0.1:
+        return f"Both responses answer the question; {choice['reason']}."
+    if roll < 0.25:
+        return f"<think>Result: B? Let me compare again.</think>\n**Result:** {verdict}"
+    return f"Response {verdict} is {choice['reason']}.\nResult: {verdict}"
