@@ -67,6 +67,9 @@ class ModelConfig(Section):
         "json_schema"
     )
     weights_sha256: str | None = None  # a local model's weights file, recorded with the release
+    # tokens a prompt and its answer may take; unset: the endpoint's figure where it gives one
+    # (vLLM's max_model_len), else unknown and prompts go whole (pipeline/llm/window.py)
+    context_window: int | None = Field(None, gt=0)
     # the key's rate limits (pipeline/llm/ratelimit.py); unset: learnt from the provider's
     # x-ratelimit-* headers unless rate_limits_from_headers is false
     requests_per_minute: float | None = Field(None, gt=0)
@@ -293,6 +296,7 @@ EXECUTION_ONLY = (
     "run_id", "outputs_dir", "batch", "model.api_key", "model.base_url", "model.concurrency",
     "model.max_retries", "model.timeout_s", "model.backoff_initial_s", "model.backoff_max_s",
     "model.requests_per_minute", "model.tokens_per_minute", "model.rate_limits_from_headers",
+    "model.context_window",  # the build's judges cut nothing: an overlong prompt fails either way
     "rl", "qualification.accept_weak_judge",  # the rates are recorded either way
 )  # fmt: skip
 # Sections whose stages are recomputed on every build (verdicts from imported labels, release

@@ -322,7 +322,7 @@ def test_a_judge_prompt_fits_the_endpoints_window_cutting_only_the_user_context(
 
     res, rms = run(go(["judge", "judge-pair"]))
     for r, rm in zip(res, rms, strict=True):
-        assert rm.window == 600 and not r["metrics"]["errors"]
+        assert rm.window is None and not r["metrics"]["errors"]  # the endpoint's, asked
         assert r["metrics"]["accuracy"] >= 0.75  # the first posts, the telling ones, stay
         t = r["truncation"]
         assert t["cut"] == t["contexts"] == 2 * len(rows) and t["too_long"] == 0
@@ -458,3 +458,61 @@ def test_cli_names_the_protocol_and_refuses_what_it_cannot_do(tmp_path, sim_url)
     )
     bad = CliRunner().invoke(app, [*base, "--protocol", "public"])
     assert bad.exit_code == 2 and "--protocol public: use one of prb, published" in bad.output
+
+
+def test_the_audit_and_eval_judges_follow_one_window_rule(tmp_path, sim_factory):
+    """One rule in the call path: the audit's persona-aware judge (fit=user_context) has its
+    profile cut to the endpoint's window, or to the config's window where the endpoint gives
+    none; a judge prompt whose question and answer alone are over it is refused and counted
+    without a request; a resumed call the cache answers needs no endpoint."""
+    from pipeline.audit import judge_probes
+    from pipeline.llm.prompts import load_prompt
+    from pipeline.llm.types import LLMError
+
+    url = sim_factory(context_limit=600)
+    filler = "I write long posts about my week, my garden and the weather here. " * 4
+    rows = [dict(r, profile=r["profile"] + [
+        {"id": f"{r['id']}-f{k}", "category": r["category"], "text": filler} for k in range(60)])
+        for r in persona_rows(6)]  # fmt: skip
+
+    async def audit():
+        llm = LLM(ModelConfig(base_url=url), ResponseCache(tmp_path / "audit.sqlite"))
+        try:
+            probes = await judge_probes.run(rows, llm, "prb-sim-1")
+        finally:
+            await llm.aclose()
+        return probes, llm
+
+    probes, llm = run(audit())
+    cut = llm.truncation["audit"]
+    # every call with a profile (the user's, both orders; a contrast user's) was cut, the
+    # blind ones (no profile) were not
+    assert cut["contexts"] > cut["cut"] >= 2 * len(rows) and cut["too_long"] == 0
+    assert not llm.usage["audit"].failures  # every call fitted, none refused by the server
+    aware = next(p for p in probes if p.name == "judge, persona-aware")
+    assert aware.n and aware.value >= 0.75  # the first posts, the telling ones, stay
+
+    stats = sim_factory()  # no window of its own: the config's applies
+    pointwise = load_prompt("rm_pointwise")
+    cache = tmp_path / "judge.sqlite"
+    posts = "\n".join(f"[p{k}] {filler}" for k in range(40))
+
+    async def judge(answer, base_url=stats, window=800):
+        llm = LLM(ModelConfig(base_url=base_url, context_window=window), ResponseCache(cache))
+        said = {"user_context": posts, "question": "How?", "answer": answer}
+        try:
+            return await llm.call(pointwise, stage="eval", model="prb-sim-1", variables=said,
+                                  fit="user_context"), llm  # fmt: skip
+        finally:
+            await llm.aclose()
+
+    short, llm = run(judge("Start small and practise every week."))
+    assert llm.truncation["eval"]["cut"] == 1 and llm.truncation["eval"]["tokens_cut"] > 1000
+    before = httpx.get(stats.removesuffix("/v1") + "/stats").json()["requests"]
+    with pytest.raises(LLMError, match="too_long.*with no user_context") as e:
+        run(judge("Start small and practise every week. " * 200))
+    assert e.value.kind == "too_long"
+    assert httpx.get(stats.removesuffix("/v1") + "/stats").json()["requests"] == before
+    # resumed with the endpoint gone: the config's window cuts the same way, the cache answers
+    again, llm = run(judge("Start small and practise every week.", "http://127.0.0.1:9/v1"))
+    assert again.cached and again.content == short.content and llm._windows == {}

@@ -48,8 +48,9 @@ async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
 
     async def ask(ctx: str, q: str, a: str, b: str) -> str | None:
         try:
-            result = await llm.call(prompt, stage="audit", model=model, variables={
-                "user_context": ctx, "question": q, "answer_a": a, "answer_b": b})  # fmt: skip
+            result = await llm.call(prompt, stage="audit", model=model, fit="user_context",
+                                    variables={"user_context": ctx, "question": q,
+                                               "answer_a": a, "answer_b": b})  # fmt: skip
             return result.value.choice
         except PermanentLLMError:
             raise

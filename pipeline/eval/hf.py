@@ -22,7 +22,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pipeline.eval.protocol import PUBLIC_MAX_LENGTH
-from pipeline.eval.rewards import Query, RewardModel, SpecError, fit_context, truncation_counts
+from pipeline.eval.rewards import Query, RewardModel, SpecError
+from pipeline.llm.window import fit_context, truncation_counts
 
 try:
     import torch

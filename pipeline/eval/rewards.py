@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pipeline.errors import PrbError
 from pipeline.llm.client import LLM
 from pipeline.llm.prompts import Prompt, load_prompt
-from pipeline.llm.ratelimit import prompt_tokens
 from pipeline.llm.types import LLMError
 from pipeline.records import stable_id
 from pipeline.stats import word_count
@@ -56,37 +55,6 @@ def user_context(row: dict, mode: str) -> str:
     if mode == "none":
         return ""
     raise SpecError(f"unknown context mode {mode!r}; use one of {', '.join(CONTEXT_MODES)}")
-
-
-def truncation_counts() -> dict[str, int]:
-    """A model's truncation figures: contexts seen, cut, tokens cut, too long to fit at all."""
-    return {"contexts": 0, "cut": 0, "tokens_cut": 0, "too_long": 0}
-
-
-def fit_context(context: str, size, budget: int, counts: dict) -> str | None:
-    """The user context cut by whole lines from its end (posts come best first) until
-    `size(context)` fits `budget`; None if it does not fit even empty. `counts` (a model's
-    truncation_counts) is updated. The rule every reward model and judge truncates by."""
-    counts["contexts"] += 1
-    full = size(context)
-    if full <= budget:
-        return context
-    fitted, kept = "", size("")
-    if kept > budget:
-        counts["too_long"] += 1
-        return None
-    lines = context.split("\n")
-    lo, hi = 0, len(lines)  # the most lines that fit: binary search on the prefix
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        trial = "\n".join(lines[:mid])
-        if (n := size(trial)) <= budget:
-            lo, fitted, kept = mid, trial, n
-        else:
-            hi = mid - 1
-    counts["cut"] += 1
-    counts["tokens_cut"] += full - kept
-    return fitted
 
 
 @dataclass(frozen=True)
@@ -215,8 +183,9 @@ class OverlapRM(RewardModel):
 class JudgeRM(RewardModel):
     """An LLM judge through pipeline/llm/: pointwise (1-10 score) or pairwise (A/B/tie).
 
-    Its prompt fits the endpoint's context window (option `context_window=N`, else the server's
-    own figure when it gives one: vLLM's `max_model_len`; unknown: sent whole) with the judge's
+    Its prompt fits the context window (option `context_window=N`, else the config's
+    `model.context_window`, else the server's own figure when it gives one: vLLM's
+    `max_model_len`; unknown: sent whole) with the judge's
     `max_tokens` to spare: the question and the answers always go in whole, the user context is
     cut by whole lines from its end (posts come best first), and a prompt that does not fit
     with no context is an error row. `truncation` counts it, as the HF models' does."""
@@ -224,15 +193,13 @@ class JudgeRM(RewardModel):
     llm: LLM | None = None
     model: str = ""
     stage: str = "eval"
-    window: int | None = None  # tokens; None: ask the endpoint once; 0: unknown, send whole
+    window: int | None = None  # tokens (`context_window=N`); None: the config's or endpoint's
     prompt: Prompt | None = None  # None: prb's own (prompts/rm_*.yaml)
 
     def __post_init__(self):
         if self.prompt is None:
             self.prompt = load_prompt("rm_pairwise" if self.pairwise else "rm_pointwise")
-        self.truncation = truncation_counts()
         self.unparsed = 0  # verdicts the published protocol had to read as A
-        self._asked = asyncio.Lock()
 
     @classmethod
     def from_spec(cls, kind, options, positional, env):
@@ -256,32 +223,20 @@ class JudgeRM(RewardModel):
                    llm=env.llm, model=model, window=int(window) if window else None,
                    prompt=prompt)  # fmt: skip
 
-    async def fit(self, variables: dict) -> dict:
-        """`variables` with the user context cut to fit the window; LLMError("too_long") if
-        the question and the answers alone do not fit."""
-        async with self._asked:
-            if self.window is None:
-                self.window = await self.llm.context_window(self.model) or 0
-        if not self.window:
-            self.truncation["contexts"] += 1
-            return variables
-        budget = self.window - int(self.prompt.params.get("max_tokens") or 0)
+    @property
+    def truncation(self) -> dict:
+        return dict(self.llm.truncation[self.stage])
 
-        def size(context: str) -> int:
-            return prompt_tokens(self.prompt.render(**variables | {"user_context": context}))
-
-        context = fit_context(variables["user_context"], size, budget, self.truncation)
-        if context is None:
-            raise LLMError("too_long", f"the question and the answers need {size('')} tokens "
-                           f"of the {self.window}-token context window")  # fmt: skip
-        return variables | {"user_context": context}
+    async def ask(self, variables: dict):
+        """One call, the prompt fitted to the window by the one rule (pipeline/llm/window.py)."""
+        return await self.llm.call(self.prompt, stage=self.stage, model=self.model,
+                                   variables=variables, fit="user_context",
+                                   window=self.window)  # fmt: skip
 
     async def score_many(self, queries):
         async def one(q: Query):
-            variables = await self.fit({"user_context": q.context, "question": q.question,
-                                        "answer": q.response})  # fmt: skip
-            return await self.llm.call(self.prompt, stage=self.stage, model=self.model,
-                                       variables=variables)  # fmt: skip
+            return await self.ask({"user_context": q.context, "question": q.question,
+                                   "answer": q.response})  # fmt: skip
 
         results = await asyncio.gather(*(one(q) for q in queries))
         return [r.value.score for r in results]
@@ -294,10 +249,8 @@ class PairwiseJudgeRM(JudgeRM):
     async def prefer(self, context, question, a, b):
         if self.protocol == "published":
             return await self._public_prefer(question, a, b)
-        variables = await self.fit({"user_context": context, "question": question,
-                                    "answer_a": a, "answer_b": b})  # fmt: skip
-        result = await self.llm.call(self.prompt, stage=self.stage, model=self.model,
-                                     variables=variables)  # fmt: skip
+        result = await self.ask({"user_context": context, "question": question,
+                                 "answer_a": a, "answer_b": b})  # fmt: skip
         return result.value.choice
 
     async def _public_prefer(self, question, a, b):

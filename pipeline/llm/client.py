@@ -44,6 +44,7 @@ from pipeline.llm.types import (
     StageUsage,
     Unparseable,
 )
+from pipeline.llm.window import fit_context, truncation_counts
 
 log = logging.getLogger("prb.llm")
 
@@ -98,6 +99,9 @@ class LLM:
         self.limiter = Limiter(cfg.requests_per_minute, cfg.tokens_per_minute,
                                learn=cfg.rate_limits_from_headers)  # fmt: skip
         self._inflight: dict[str, asyncio.Future[CallResult]] = {}  # cache key -> pending call
+        self._windows: dict[str, int | None] = {}  # model -> the endpoint's context window
+        self._window_lock = asyncio.Lock()
+        self.truncation: dict[str, dict] = defaultdict(truncation_counts)  # by stage
         self.usage: dict[str, StageUsage] = defaultdict(StageUsage)
         progress.watch_usage(self.usage_dict)  # the live display reads the counters
         self._backoff = wait_random_exponential(
@@ -141,24 +145,35 @@ class LLM:
         variables: dict,
         seed: int | None = None,
         max_tokens: int | None = None,
+        fit: str | None = None,
+        window: int | None = None,
     ) -> CallResult:
         """One model call; `max_tokens` overrides the prompt file's (e.g. sized from a word
-        budget, so an answer over it is cut off and dropped, not kept half-written)."""
+        budget, so an answer over it is cut off and dropped, not kept half-written).
+
+        With `fit` (the variable holding a user context, posts best first) the prompt is
+        fitted to the context window (`window`, else `model.context_window`, else the
+        endpoint's own figure where it gives one; unknown: sent whole) with `max_tokens` to
+        spare: that variable is cut by whole lines from its end (pipeline/llm/window.py),
+        counted in `truncation[stage]`, and a prompt that does not fit with it empty is refused
+        (LLMError too_long), never sent. Without `fit` (the build's prompts: nothing in them
+        may be cut) the server's own verdict stands: a 400 drops that record."""
         seed = self.cfg.seed if seed is None else seed
         if max_tokens is not None:
             prompt = prompt.with_params(max_tokens=max_tokens)
         messages = prompt.render(**variables)
         key = self.key_for(prompt, model, messages, seed)
         usage = self.usage[stage]
-        hit = self.cache.get(key)
+        hit = self._cached(prompt, key, usage)
+        if fit:  # the window is asked only on a miss: a run the cache answers needs no endpoint
+            limit = None if hit else window or await self.window_for(model)
+            fitted = self._fit(prompt, variables, fit, limit, stage)
+            if fitted is not variables:
+                messages = prompt.render(**fitted)
+                key = self.key_for(prompt, model, messages, seed)
+                hit = self._cached(prompt, key, usage)
         if hit is not None:
-            content, _ = hit
-            try:
-                usage.cache_hits += 1
-                return CallResult(parse_output(content, prompt.output), content, key, True)
-            except Unparseable:
-                self.cache.delete(key)  # a schema tightened since: ask again
-                usage.cache_hits -= 1
+            return hit
 
         pending = self._inflight.get(key)
         if pending is not None:  # the same request is already on its way: pay for it once
@@ -169,6 +184,50 @@ class LLM:
         self._inflight[key] = pending
         pending.add_done_callback(self._settled(key))
         return await asyncio.shield(pending)
+
+    def _cached(self, prompt: Prompt, key: str, usage: StageUsage) -> CallResult | None:
+        hit = self.cache.get(key)
+        if hit is None:
+            return None
+        content, _ = hit
+        try:
+            value = parse_output(content, prompt.output)
+        except Unparseable:
+            self.cache.delete(key)  # a schema tightened since: ask again
+            return None
+        usage.cache_hits += 1
+        return CallResult(value, content, key, True)
+
+    async def window_for(self, model: str) -> int | None:
+        """The context window prompts for `model` must fit: the config's, else the endpoint's
+        (asked once per model), else None (unknown)."""
+        if self.cfg.context_window:
+            return self.cfg.context_window
+        async with self._window_lock:
+            if model not in self._windows:
+                self._windows[model] = await self.context_window(model)
+        return self._windows[model]
+
+    def _fit(self, prompt: Prompt, variables: dict, fit: str, limit: int | None,
+             stage: str) -> dict:  # fmt: skip
+        """`variables` with `fit` cut to the window `limit` (the same dict when nothing was
+        cut, or the window is unknown); LLMError too_long when the rest alone does not fit."""
+        counts = self.truncation[stage]
+        if not limit:
+            counts["contexts"] += 1
+            return variables
+        budget = limit - int(prompt.params.get("max_tokens") or 0)
+
+        def size(context: str) -> int:
+            return ratelimit.prompt_tokens(prompt.render(**variables | {fit: context}))
+
+        context = fit_context(variables[fit], size, budget, counts)
+        if context is None:
+            self.usage[stage].failures["too_long"] += 1
+            raise LLMError("too_long", f"{prompt.task}: the prompt needs {size('')} tokens with "
+                           f"no {fit}, over the {limit}-token context window less "
+                           f"{limit - budget} for the answer")  # fmt: skip
+        return variables if context == variables[fit] else variables | {fit: context}
 
     def _settled(self, key: str):
         def done(future: asyncio.Future) -> None:

@@ -113,5 +113,6 @@ def overrides(base_url: str, alias: str, digest: str) -> dict:
         "model__weights_sha256": digest,
         "model__structured_output": "json_object_schema",
         "model__concurrency": 1,  # one llama.cpp slot: requests queue at the server anyway
+        "model__context_window": CONTEXT,  # its server does not say it: prompts fit this
         "simulated": False,
     }
