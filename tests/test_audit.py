@@ -118,6 +118,12 @@ def test_cli_audit_and_show(clean_run):
     audited = runner.invoke(app, ["audit", str(run_dir)])
     assert audited.exit_code == 0, audited.output
     assert "## Funnel" in audited.output and "report.html" in audited.output
+    assert "Null test" not in audited.output  # only when asked: it costs N times the probes
+    nulled = runner.invoke(app, ["audit", str(run_dir), "--null", "3"])
+    assert nulled.exit_code == 0 and "Null test: 3 copies relabelled" in nulled.output
+    null = json.loads((run_dir / "audit" / "audit.json").read_text())["probes"]["null"]
+    assert null["runs"] == 3 and {q["runs"] for q in null["probes"]} == {3}
+    assert all(1 / 4 <= q["p"] <= 1 for q in null["probes"])  # (1 + k) / (N + 1)
 
     record = next(r for r in lines(run_dir / "filters.jsonl") if r["kept"])  # every check ran
     pair_id = record["pair"]["pair_id"]

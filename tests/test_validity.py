@@ -6,7 +6,6 @@ persona_swap pairs carry nothing an answer-only model can read. On real simulato
 from __future__ import annotations
 
 import json
-import random
 import statistics
 from pathlib import Path
 
@@ -43,32 +42,31 @@ def rewritten(tmp_path_factory, sim_url):
     return big(tmp, sim_url, generation={"strategies": INSTRUCTED})
 
 
-def relabelled(rows: list[dict], seed: int) -> list[dict]:
-    """A fair coin per pair swaps chosen and rejected: no signal is left."""
-    rng = random.Random(seed)
-    return [dict(r, chosen=r["rejected"], rejected=r["chosen"]) if rng.random() < 0.5 else r
-            for r in rows]  # fmt: skip
+def test_the_answer_only_probes_read_chance_on_a_release_relabelled_at_random(instructed, tmp_path):
+    """`prb audit --null 20`: on 20 copies relabelled by a fair coin per pair every
+    answer-only probe averages 0.5 and its interval excludes 0.5 at most twice; the real
+    classifier's reading is beyond every copy (p = 1/21)."""
+    from typer.testing import CliRunner
 
+    from pipeline.cli import app
 
-def test_the_answer_only_probes_read_chance_on_a_release_relabelled_at_random(instructed):
     _, plain = instructed
     rows = load_rows(Path(plain["release_dir"]))[0]
     assert len(rows) >= 250
-    real = {p.name: p for p in probes.run_all(rows)}
-    assert real["answer-only classifier"].low > probes.THRESHOLD  # the signal is there
-    values: dict[str, list[float]] = {}
-    excluded: dict[str, int] = {}
-    for seed in range(20):
-        for p in probes.run_all(relabelled(rows, 1000 + seed), seed):
-            if p.family != "leakage" or p.kind != "accuracy" or p.value is None:
-                continue
-            values.setdefault(p.name, []).append(p.value)
-            excluded[p.name] = excluded.get(p.name, 0) + (not p.low <= 0.5 <= p.high)
-    assert "answer-only classifier" in values and len(values) >= 7
-    for name, found in values.items():
-        assert len(found) == 20
-        assert abs(statistics.fmean(found) - 0.5) <= 0.02, (name, statistics.fmean(found))
-        assert excluded[name] <= 2, (name, excluded[name])
+    out = tmp_path / "audit"
+    result = CliRunner().invoke(app, ["audit", plain["release_dir"], "--null", "20",
+                                      "--out", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "audit.json").read_text())["probes"]
+    found = {q["name"]: q for q in report["null"]["probes"]}
+    assert "answer-only classifier" in found and len(found) >= 7
+    for name, q in found.items():
+        assert q["runs"] == 20 and abs(q["mean"] - 0.5) <= 0.02, (name, q["mean"])
+        assert q["excluded"] <= 2 and not q["narrow"], (name, q["excluded"])
+    classifier = found["answer-only classifier"]
+    assert classifier["observed"] > probes.THRESHOLD and classifier["p"] == pytest.approx(1 / 21)
+    assert "Null test: 20 copies relabelled" in (out / "summary.md").read_text()
+    assert "Null test: 20 copies relabelled" in (out / "report.html").read_text()
 
 
 def test_the_artifact_gate_drops_what_an_answer_only_model_reads_before_any_judge(instructed):

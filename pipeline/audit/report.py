@@ -323,14 +323,18 @@ def judge_probes(rows: list[dict], judge) -> list:
     return asyncio.run(go())
 
 
-def probe_report(rows: list[dict], plots: Path, judge=None) -> dict:
+def probe_report(rows: list[dict], plots: Path, judge=None, null: int = 0) -> dict:
     """The leakage probes of a release's rows, with their plots written under `plots`; with
-    `judge` (run config, model), the judge probes too."""
+    `judge` (run config, model), the judge probes too; with `null` > 0, the null test on that
+    many relabelled copies (pipeline/audit/null.py)."""
+    from pipeline.audit.null import null_test
+
     results = probes.run_all(rows) + (judge_probes(rows, judge) if judge else [])
     plots.mkdir(parents=True, exist_ok=True)
     probes.plot(results, plots / "probes.png")
     probes.plot_lengths(rows, plots / "lengths.png")
     return {**probes.summary(results),
+            "null": null_test(rows, results, null) if null else None,
             "plots": {"probes": "plots/probes.png", "lengths": "plots/lengths.png"}}  # fmt: skip
 
 
@@ -338,9 +342,12 @@ def probe_warnings(summary: dict) -> list[str]:
     if summary["verdict"] == "too few pairs":
         return [f"no verdict: {summary['pairs']} pairs, and the probes need at least "
                 f"{summary['min_pairs']} to give one"]  # fmt: skip
+    from pipeline.audit.null import warnings
+
     return ([f"leakage probe: {name}" for name in summary["leaks"]]
             + [f"floor probe (easy): {name}" for name in summary["easy_by"]]
-            + [f"judge probe: {name}" for name in summary["judge_flags"]])  # fmt: skip
+            + [f"judge probe: {name}" for name in summary["judge_flags"]]
+            + warnings(summary.get("null")))  # fmt: skip
 
 
 def is_run(target: str | Path) -> bool:
@@ -351,12 +358,12 @@ def is_run(target: str | Path) -> bool:
         return False
 
 
-def write_release_report(spec: str | Path, out: Path, judge=None) -> Path:
+def write_release_report(spec: str | Path, out: Path, judge=None, null: int = 0) -> Path:
     """`prb audit` on any release in the public schema (not a prb run): the leakage probes."""
     rows, info = load_rows(spec)
     report = {**info, "pairs": len(rows), "users": len({user_key(r) for r in rows}),
               "by_category": dict(sorted(Counter(str(r["category"]) for r in rows).items())),
-              "probes": probe_report(rows, out / "plots", judge)}  # fmt: skip
+              "probes": probe_report(rows, out / "plots", judge, null)}  # fmt: skip
     report["warnings"] = [*info["warnings"], *probe_warnings(report["probes"])]
     for name, template in (("report.html", "release_audit.html.j2"),
                            ("summary.md", "release_audit.md.j2")):  # fmt: skip
@@ -367,7 +374,7 @@ def write_release_report(spec: str | Path, out: Path, judge=None) -> Path:
     return out
 
 
-def write_report(run: str | Path, worst_n: int = WORST_N, judge=None) -> Path:
+def write_report(run: str | Path, worst_n: int = WORST_N, judge=None, null: int = 0) -> Path:
     run_dir = resolve_run(run)
     data = load_run(run_dir)
     if not data.personas:
@@ -379,7 +386,7 @@ def write_report(run: str | Path, worst_n: int = WORST_N, judge=None) -> Path:
     release = run_dir / "release"
     report["probes"] = None
     if (release / "README.md").exists():  # the released pairs, as anyone else would read them
-        report["probes"] = probe_report(load_rows(release)[0], out / "plots", judge)
+        report["probes"] = probe_report(load_rows(release)[0], out / "plots", judge, null)
         report["warnings"] += probe_warnings(report["probes"])
     by_id = {f.pair.pair_id: f for f in data.filters}
     (out / "records").mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,10 @@ def audit(
     base_url: str = typer.Option(None, help="OpenAI-compatible endpoint for the judge."),
     model: str = typer.Option(None, help="Judge model (default: the config's judge)."),
     sim: bool = typer.Option(False, help="Judge with the bundled simulator (implies --judge)."),
+    null: int = typer.Option(0, "--null", min=0, help="Also the null test: the answer-only "
+                             "probes on N copies relabelled by a fair coin per pair (each "
+                             "should read 0.5), with a permutation p-value per probe; ~N times "
+                             "the probes' time (20 is a good N)."),
 ):  # fmt: skip
     """Report on a run (funnel, each check's figures, the probes) or on any release (the
     probes, in three families: leakage without the user, shallow user-aware floors, and with
@@ -41,25 +45,25 @@ def audit(
         judged = None
         if judge or sim:
             judged = (judge_config(stack, config, sim, base_url), model)
-        out = audit_target(target, worst, out, judged)
+        out = audit_target(target, worst, out, judged, null)
     console.print((out / "summary.md").read_text(), markup=False, highlight=False)
     if json.loads((out / "audit.json").read_text())["warnings"]:
         console.print("[yellow]the audit has warnings: see the top of the report[/yellow]")
     console.print(f"report: {out / 'report.html'}")
 
 
-def audit_target(target: str, worst: int, out: Path | None, judged) -> Path:
+def audit_target(target: str, worst: int, out: Path | None, judged, null: int = 0) -> Path:
     from pipeline.audit.report import is_run, write_release_report, write_report
     from pipeline.errors import safe_name
     from pipeline.paths import resolve_path
 
     if is_run(target):
-        return write_report(target, worst_n=worst, judge=judged)
+        return write_report(target, worst_n=worst, judge=judged, null=null)
     parts = [p for p in Path(target.removeprefix("hf:")).parts if p not in ("/", ".", "..")]
     parts = [*parts[-2:-1], *(Path(p).stem for p in parts[-1:])]  # demo/release -> demo-release
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(parts)).strip(".-_") or "release"
     out = out or resolve_path("outputs") / "audit" / safe_name(name, "report name")
-    return write_release_report(target, out, judged)
+    return write_release_report(target, out, judged, null)
 
 
 @app.command()
