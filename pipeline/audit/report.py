@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.audit import figures, probes
+from pipeline.audit.null import null_test
+from pipeline.audit.null import warnings as null_warnings
 from pipeline.checks import CHECKS, FilterConfig
 from pipeline.errors import PrbError
 from pipeline.paths import resolve_path
@@ -327,8 +329,6 @@ def probe_report(rows: list[dict], plots: Path, judge=None, null: int = 0) -> di
     """The leakage probes of a release's rows, with their plots written under `plots`; with
     `judge` (run config, model), the judge probes too; with `null` > 0, the null test on that
     many relabelled copies (pipeline/audit/null.py)."""
-    from pipeline.audit.null import null_test
-
     results = probes.run_all(rows) + (judge_probes(rows, judge) if judge else [])
     plots.mkdir(parents=True, exist_ok=True)
     probes.plot(results, plots / "probes.png")
@@ -342,12 +342,10 @@ def probe_warnings(summary: dict) -> list[str]:
     if summary["verdict"] == "too few pairs":
         return [f"no verdict: {summary['pairs']} pairs, and the probes need at least "
                 f"{summary['min_pairs']} to give one"]  # fmt: skip
-    from pipeline.audit.null import warnings
-
     return ([f"leakage probe: {name}" for name in summary["leaks"]]
             + [f"floor probe (easy): {name}" for name in summary["easy_by"]]
             + [f"judge probe: {name}" for name in summary["judge_flags"]]
-            + warnings(summary.get("null")))  # fmt: skip
+            + null_warnings(summary.get("null")))  # fmt: skip
 
 
 def is_run(target: str | Path) -> bool:

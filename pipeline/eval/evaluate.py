@@ -231,9 +231,7 @@ async def evaluate(
                 # contexts cut to fit the model (answers never are); None: not measured
                 "truncation": dict(rm.truncation) if hasattr(rm, "truncation") else None,
                 # verdicts the published protocol read as A (none found in the answer)
-                "unparsed": rm.unparsed
-                if rm.protocol == "published" and rm.pairwise and hasattr(rm, "unparsed")
-                else None,
+                "unparsed": getattr(rm, "unparsed", None) if rm.protocol == "published" else None,
                 "pairs": [s.model_dump() for s in scores],
             }
         )

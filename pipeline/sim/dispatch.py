@@ -64,8 +64,7 @@ def respond(
         "content_plan": lambda: responder.content_plan(t, rng),
         "chosen": lambda: responder.chosen(t, system, rng),
         "rejected": lambda: responder.rejected(
-            t, system, rng, responder.rng_for("leak", messages).random() < float(leaky)
-        ),
+            t, system, rng, responder.rng_for("leak", messages).random() < float(leaky)),
         "judge_quality": lambda: responder.judge_quality(t, rng),
         "judge_adherence": lambda: responder.judge_adherence(t, rng),
         "judge_blind": lambda: responder.judge_blind(t, rng),
