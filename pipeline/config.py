@@ -75,6 +75,21 @@ class ModelConfig(Section):
     requests_per_minute: float | None = Field(None, gt=0)
     tokens_per_minute: float | None = Field(None, gt=0)
     rate_limits_from_headers: bool = True
+    # `prb demo --local` / `prb build --local`: which bundled real model to serve
+    # (pipeline/llm/local.py: qwen2.5-1.5b, smollm2-135m) and its CPU threads (default: 1 to
+    # generate, as two collapse when another process takes a core; up to 2 for prompts)
+    local: str | None = None
+    local_threads: int | None = Field(None, ge=1, le=256)  # generation
+    local_batch_threads: int | None = Field(None, ge=1, le=256)  # prompt processing
+
+    @field_validator("local")
+    @classmethod
+    def _local(cls, v: str | None) -> str | None:
+        from pipeline.llm.local import MODELS
+
+        if v is not None and v not in MODELS:
+            raise ValueError(f"unknown local model {v!r}: use one of {', '.join(MODELS)}")
+        return v
 
     @field_validator("provider")
     @classmethod
@@ -156,6 +171,9 @@ class QualificationConfig(Section):
     answers: int = Field(8, ge=2)  # sound answers, four corruptions each, two orders
     min_prefers_sound: float = Field(0.75, ge=0, le=1)
     min_consistent: float = Field(0.7, ge=0, le=1)
+    # also ask a position-free judge (yes/no logprobs per answer, prompts/judge_fit.yaml) on
+    # the same items, recorded beside the pairwise judge's rates (an endpoint with logprobs)
+    position_free: bool = False
     # build on with a judge below the thresholds, the release marked as such (--accept-weak-judge)
     accept_weak_judge: bool = False
 
@@ -296,6 +314,8 @@ EXECUTION_ONLY = (
     "run_id", "outputs_dir", "batch", "model.api_key", "model.base_url", "model.concurrency",
     "model.max_retries", "model.timeout_s", "model.backoff_initial_s", "model.backoff_max_s",
     "model.requests_per_minute", "model.tokens_per_minute", "model.rate_limits_from_headers",
+    # a local model is recorded by its id and weights hash
+    "model.local", "model.local_threads", "model.local_batch_threads",
     "model.context_window",  # the build's judges cut nothing: an overlong prompt fails either way
     "rl", "qualification.accept_weak_judge",  # the rates are recorded either way
 )  # fmt: skip

@@ -8,6 +8,13 @@ another question, or its first line said six times. The persona-blind pairwise j
 - consistent: the share of items where both orders pick the same answer (position bias, or a
   coin, shows here).
 
+With `qualification.position_free`, the same items also go to a position-free judge
+(`judge_fit`): each answer asked alone "would the asker be satisfied? yes/no", its P(yes) read
+from the first token's logprobs; an item counts for the sound answer when its P(yes) is strictly
+higher. No order to favour, so no consistency rate. Recorded beside the pairwise judge's rates
+(`position_free`) and on the card; the filters' judges are the pairwise ones, so the pass or
+fail of the build is theirs.
+
 A judge below the thresholds (`qualification:` in the config) stops the build before the
 filters with one line naming its rates; `prb build --accept-weak-judge` builds on and the
 manifest and card say so. Calls go through the call path (cached, so a resume asks nothing
@@ -29,6 +36,7 @@ from pipeline.store import atomic_write
 
 FILE = "qualification.json"
 TASK = "judge_blind"
+FIT_TASK = "judge_fit"
 KINDS = ("truncated", "shuffled", "off_question", "degenerate")
 
 
@@ -82,21 +90,56 @@ def items(pairs, n: int, sound=lambda _: True) -> list[dict]:
     return out
 
 
+def share(hits: list[bool]) -> dict:
+    k, n = sum(hits), len(hits)
+    lo, hi = wilson(k, n) if n else (None, None)
+    return {"k": k, "n": n, "value": round(k / n, 4) if n else None,
+            "low": None if lo is None else round(lo, 4),
+            "high": None if hi is None else round(hi, 4)}  # fmt: skip
+
+
 def rates(verdicts: list[tuple[str | None, str | None]]) -> dict:
     """verdicts: per item, (verdict with the sound answer as A, verdict with it as B); None: the
     call failed, and counts in neither rate."""
     picks = [v == good for ab, ba in verdicts for v, good in ((ab, "A"), (ba, "B")) if v]
     same = [(ab, ba) in {("A", "B"), ("B", "A"), ("tie", "tie")}
             for ab, ba in verdicts if ab and ba]  # fmt: skip
-
-    def share(hits: list[bool]) -> dict:
-        k, n = sum(hits), len(hits)
-        lo, hi = wilson(k, n) if n else (None, None)
-        return {"k": k, "n": n, "value": round(k / n, 4) if n else None,
-                "low": None if lo is None else round(lo, 4),
-                "high": None if hi is None else round(hi, 4)}  # fmt: skip
-
     return {"prefers_sound": share(picks), "consistent": share(same)}
+
+
+async def position_free(ctx, todo: list[dict], judge: str) -> dict:
+    """Every distinct answer of the items asked alone (judge_fit); per item, whether the sound
+    answer's P(yes) is strictly above the corrupt one's (a tie or a failed call: no pick)."""
+    prompt = load_prompt(FIT_TASK)
+    keys: list[str] = []
+
+    async def p_yes(question: str, answer: str) -> float | None:
+        try:
+            result = await ctx.llm.call(prompt, stage="filters", model=judge, variables={
+                "question": question, "answer": answer, "user_context": ""})  # fmt: skip
+        except PermanentLLMError:
+            raise
+        except LLMError:
+            return None
+        keys.append(result.key)
+        return result.value.p_yes
+
+    texts = list(dict.fromkeys(
+        (i["question"], a) for i in todo for a in (i["sound"], i["corrupt"])))  # fmt: skip
+    got = dict(zip(texts, await asyncio.gather(*(p_yes(q, a) for q, a in texts)), strict=True))
+
+    def picks(items: list[dict]) -> list[bool]:
+        pairs = [(got[(i["question"], i["sound"])], got[(i["question"], i["corrupt"])])
+                 for i in items]  # fmt: skip
+        return [s > c for s, c in pairs if s is not None and c is not None]
+
+    found = {"task": FIT_TASK, "calls": len(texts), "failed_calls": sum(
+        v is None for v in got.values()), "prefers_sound": share(picks(todo))}  # fmt: skip
+    found["by_corruption"] = {k: share(picks([i for i in todo if i["kind"] == k])) for k in KINDS}
+    value = found["prefers_sound"]["value"]
+    found["passed"] = None if value is None else value >= ctx.cfg.qualification.min_prefers_sound
+    found["keys"] = keys
+    return found
 
 
 def line(found: dict) -> str:
@@ -146,6 +189,9 @@ async def ask_all(ctx, todo: list[dict], judge: str) -> dict:
         found["passed"] = (found["prefers_sound"]["value"] >= cfg.min_prefers_sound
                            and found["consistent"]["value"] >= cfg.min_consistent)  # fmt: skip
     found["keys"] = keys
+    if cfg.position_free:
+        found["position_free"] = await position_free(ctx, todo, judge)
+        found["keys"] = keys + found["position_free"].pop("keys")
     return found
 
 
@@ -168,10 +214,15 @@ async def qualify(ctx, pairs, sound=lambda _: True) -> dict | None:
                    "floor"}  # fmt: skip
     # else decided on an earlier try of this run (its settings are in the fingerprint): a
     # resume asks nothing again, and may now accept a weak judge
-    found["accepted_weak"] = found["passed"] is False and cfg.accept_weak_judge
+    skip = ctx.cfg.filters.judges == "qualified" and not found["passed"]
+    found["accepted_weak"] = found["passed"] is False and cfg.accept_weak_judge and not skip
+    if skip:
+        found["judges_skipped"] = True
+    else:
+        found.pop("judges_skipped", None)
     with atomic_write(Path(ctx.run_dir) / FILE) as f:
         json.dump(found, f, indent=2)
-    if found["passed"] is False and not cfg.accept_weak_judge:
+    if found["passed"] is False and not cfg.accept_weak_judge and not skip:
         raise WeakJudge(f"{line(found)}: use a stronger judge (model.judge), or pass "
                         "--accept-weak-judge to build on with the release marked as judged "
                         "by a weak judge")  # fmt: skip

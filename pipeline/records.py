@@ -123,17 +123,24 @@ def _bound(n: int, **extra: object) -> dict:
     return {"json_schema_extra": {"maxLength": n, **extra}}
 
 
+# minLength only in the schema (a grammar's bound, not validation: imported aspects may be
+# short): under v2 of the planner prompt Qwen2.5-1.5B closed the string after "tone"
+AspectText = Annotated[str, Field(min_length=1, **_bound(90, minLength=24))]
+Evidence = Annotated[str, Field(
+    min_length=1,
+    description="Profile item ids in square brackets, then a short quote.",
+    # Anchored both ends: llama.cpp's converter rejects anything else, and its server then
+    # falls back, silently, to unconstrained JSON. No `.`: in a grammar it matches `"`
+    # too, and the model closed the string early and wrote keys inside it.
+    **_bound(120, pattern=r'^\[[^\]"\\]{1,40}\] [^"\\]{1,100}$'),
+)]  # fmt: skip
+Reason = Annotated[str, Field(min_length=1, **_bound(120))]
+
+
 class RubricAspect(Record):
-    aspect: str = Field(min_length=1, **_bound(80))
-    evidence: str = Field(
-        min_length=1,
-        description="Profile item ids in square brackets, then a short quote.",
-        # Anchored both ends: llama.cpp's converter rejects anything else, and its server then
-        # falls back, silently, to unconstrained JSON. No `.`: in a grammar it matches `"`
-        # too, and the model closed the string early and wrote keys inside it.
-        **_bound(120, pattern=r'^\[[^\]"\\]{1,40}\] [^"\\]{1,100}$'),
-    )
-    reason: str = Field(min_length=1, **_bound(120))
+    aspect: AspectText
+    evidence: Evidence
+    reason: Reason
 
 
 class PlannerOutput(Record):
@@ -164,6 +171,34 @@ class AdherenceOutput(Record):
 class BlindOutput(Record):
     choice: Literal["A", "B", "tie"]
     reason: str = ""
+
+
+class TopLogprob(Record):
+    token: str
+    logprob: float
+
+
+class YesNoOutput(Record):
+    """A one-token yes/no answer read from its logprobs (a task whose params ask for
+    `logprobs`): P(yes) among the yes/no tokens the endpoint listed, so a judge is scored
+    on each answer alone, with no A/B position to favour."""
+
+    text: str
+    top_logprobs: list[TopLogprob] = Field(min_length=1)
+
+    @property
+    def p_yes(self) -> float | None:
+        """P(yes) / (P(yes) + P(no)) over the listed tokens (any case, spaces stripped); None
+        if neither word is among them."""
+        import math
+
+        mass = {"yes": 0.0, "no": 0.0}
+        for t in self.top_logprobs:
+            word = t.token.strip().lower()
+            if word in mass:
+                mass[word] += math.exp(t.logprob)
+        total = mass["yes"] + mass["no"]
+        return mass["yes"] / total if total > 0 else None
 
 
 # --- reward-model evaluation (`prb eval`) ------------------------------------------------------

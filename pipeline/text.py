@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import re
 
+from pipeline.stats import words
+
 _WORD = re.compile(r"[a-z][a-z'-]+")
+
+
+def runs(text: str, n: int) -> set[tuple[str, ...]]:
+    """The text's runs of n words, lower-cased (the probes' word count): what copying shares."""
+    w = [x.lower() for x in words(text)]
+    return {tuple(w[i : i + n]) for i in range(len(w) - n + 1)}
 
 
 def content_words(text: str) -> set[str]:

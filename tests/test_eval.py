@@ -516,3 +516,38 @@ def test_the_audit_and_eval_judges_follow_one_window_rule(tmp_path, sim_factory)
     # resumed with the endpoint gone: the config's window cuts the same way, the cache answers
     again, llm = run(judge("Start small and practise every week.", "http://127.0.0.1:9/v1"))
     assert again.cached and again.content == short.content and llm._windows == {}
+
+
+def test_the_position_free_judge_probes_read_each_answer_alone(tmp_path, sim_url):
+    """`prb audit --position-free`: each answer's P(yes) asked alone (logprobs), through the
+    call path. With the user's profile the simulator's judge prefers the answer in the user's
+    styles; without it, both answers read alike; and the advantage does not survive a
+    contrasting user's profile. Asked again, the cache answers every call."""
+    from pipeline.audit import judge_probes
+
+    rows = persona_rows(12)
+    for k, r in enumerate(rows):  # two kinds of user, so a contrast exists for each
+        if k % 2:  # a blunt professional, and an answer in that style for them
+            r["profile"] = [{"id": f"u{k}-p1", "category": r["category"],
+                             "text": "I'm a professional, no fluff, get to the point."}]
+            r["chosen"] = f"Bottom line: do these things, and you can skip the rest. {POINTS}"
+
+    async def audit():
+        llm = LLM(ModelConfig(base_url=sim_url), ResponseCache(tmp_path / "audit.sqlite"))
+        try:
+            return await judge_probes.position_free(rows, llm, "prb-sim-1"), llm
+        finally:
+            await llm.aclose()
+
+    probes, llm = run(audit())
+    by = {p.name: p for p in probes}
+    aware = by["judge, persona-aware, position-free"]
+    assert aware.n == len(rows) and aware.value >= 0.75 and all(p.family == "judge"
+                                                                 for p in probes)  # fmt: skip
+    # two answers under no profile, the user's and (where one exists) a contrasting user's
+    assert 4 * len(rows) <= llm.usage["audit"].calls <= 6 * len(rows)
+    assert not llm.usage["audit"].failures
+    swap = by["judge, counterfactual, position-free: survives the swap"]
+    assert swap.n > 0 and swap.value <= 0.5  # the advantage was personal
+    again, llm = run(audit())
+    assert llm.usage["audit"].calls == 0 and [p.value for p in again] == [p.value for p in probes]

@@ -391,7 +391,7 @@ def test_a_request_the_server_rejects_drops_only_its_record(sim, tmp_path):
     record is dropped with the server's own message, and the run goes on (it used to stop the
     whole run with 'check the endpoint, model and key')."""
     url, opts = sim
-    opts.context_limit = 380  # the planner prompts of the two longest profiles are over it
+    opts.context_limit = 460  # the planner prompts of the two longest profiles are over it
     config = write_config(tmp_path, url, personas={"per_category": 2})
     result = build(config)
     dropped = [
@@ -400,7 +400,7 @@ def test_a_request_the_server_rejects_drops_only_its_record(sim, tmp_path):
         if x
     ]
     assert dropped and {d["reason"] for d in dropped} == {"planner_bad_request"}
-    assert all("maximum context length is 380 tokens" in d["detail"] for d in dropped)
+    assert all("maximum context length is 460 tokens" in d["detail"] for d in dropped)
     assert result["funnel"]["rubrics"] == 6 - len(dropped) and result["funnel"]["released"] > 0
     manifest = json.loads((Path(result["release_dir"]) / "manifest.json").read_text())
     assert manifest["drop_reasons"]["planner_bad_request"] == len(dropped)

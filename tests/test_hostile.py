@@ -415,3 +415,24 @@ def test_progress_line_counts_what_the_stage_did():
     assert "retries RateLimitError 3" in line and "dropped planner_bad_request 1" in line
     assert "1,000 tokens" in line and "ETA" in line
     assert progress._active is None  # gone with the display: nothing else sees it
+
+
+def test_an_interrupted_demo_says_to_run_the_demo_again(tmp_path):
+    """`prb demo` starts its own model server: the resume hint used to say `prb build --config
+    …`, which finds no server. It says to rerun the demo, which resumes."""
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1")  # the demo sets its simulator's
+    proc = subprocess.Popen([str(PRB), "demo", "--config", str(config)], env=prefect_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        rubrics = tmp_path / "outputs" / "demo" / "rubrics.jsonl"
+        while not rubrics.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 143, err
+    assert "rerun the same `prb demo` to resume" in one_line(err)

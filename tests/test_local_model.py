@@ -38,7 +38,7 @@ FLOOR = ("degenerate", "prompt_copy", "off_question", "text_sanity")
 
 @pytest.fixture(scope="module")
 def served():
-    with local.running() as server:
+    with local.running("smollm2-135m") as server:
         yield server
 
 
@@ -178,8 +178,9 @@ def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():
 
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "local-model", "serve",
-                             "--port", str(port)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=prefect_env())  # fmt: skip
+                             "--model", "smollm2-135m", "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=prefect_env())  # fmt: skip
     base = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 120

@@ -101,3 +101,47 @@ def test_a_run_with_too_few_sound_answers_says_the_judge_was_not_qualified(tmp_p
     found = json.loads((tmp_path / "outputs" / "demo" / FILE).read_text())
     assert found["passed"] is None and found["calls"] == 0 and "quality floor" in found["why"]
     assert "could not be qualified" in qualification_md(found)
+
+
+def test_judges_qualified_builds_a_weak_judges_run_with_no_judge_call(tmp_path, sim_factory):
+    """`filters.judges: qualified` (a small local model): a judge that fails qualification does
+    not stop the build and decides nothing. No judge check runs, every record says so, the
+    funnel and the card say no judge filtered the release, and the position-free judge's rates
+    are recorded beside the pairwise judge's."""
+    config = write_config(tmp_path, sim_factory(judge="always_a"),
+                          filters={"judges": "qualified"},
+                          qualification={"position_free": True})  # fmt: skip
+    result = build(config)
+    run_dir = Path(result["run_dir"])
+    records = [json.loads(x) for x in (run_dir / "filters.jsonl").read_text().splitlines()]
+    judges = {"quality", "adherence", "blind"}
+    assert records and result["funnel"]["released"] > 0
+    for r in records:
+        assert not judges & set(r["checks"]) and not r["calls"]
+        assert judges <= set(r["skipped"])
+    usage = result["usage"]["filters"]
+    found = json.loads((run_dir / FILE).read_text())
+    assert found["passed"] is False and found["judges_skipped"] and not found["accepted_weak"]
+    # only qualification asked the judge: both orders of each item, and each answer once alone
+    free = found["position_free"]
+    assert usage["calls"] == found["calls"] + free["calls"]
+    assert free["calls"] < 2 * found["items"]  # a sound answer is asked once for 4 items
+    # the simulator's pointwise judge is sound while its pairwise one says "A"
+    assert free["prefers_sound"]["value"] >= 0.9 and free["passed"]
+    funnel = json.loads((run_dir / "funnel.json").read_text())
+    row = next(r for r in funnel if r["stage"] == "filters_kept")
+    assert row["changed"] == {"not judged (the judge did not qualify)": len(records)}
+    card = (Path(result["release_dir"]) / "README.md").read_text()
+    assert "**no judge check ran**" in card and "position-free judge" in card
+    assert "filtered by a weak judge" not in card
+
+
+def test_judges_qualified_runs_the_judges_of_a_judge_that_qualified(tmp_path, sim_url):
+    result = build(write_config(tmp_path, sim_url, filters={"judges": "qualified"}))
+    records = [json.loads(x) for x in
+               (Path(result["run_dir"]) / "filters.jsonl").read_text().splitlines()]  # fmt: skip
+    assert any("quality" in r["checks"] for r in records)
+    assert not any("skipped" in r and "quality" in r["skipped"] and not r["reasons"]
+                   for r in records)  # fmt: skip
+    found = json.loads((Path(result["run_dir"]) / FILE).read_text())
+    assert found["passed"] and "judges_skipped" not in found

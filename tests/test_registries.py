@@ -110,7 +110,7 @@ def test_every_derived_view_agrees_with_the_registries():
 
     settings = [n for c in CHECKS for n in c.settings.model_fields]
     assert sorted(setting_names()) == sorted(settings)
-    assert list(FilterConfig.model_fields) == [*setting_names(), "evaluate_all", "mode"]
+    assert list(FilterConfig.model_fields) == [*setting_names(), "evaluate_all", "mode", "judges"]
     assert list(FEATURES["pair_checks"]) == [k for c in CHECKS for k in c.features]
     assert set(build_tasks()) == {t for s in STAGES for t in s.tasks}
     assert {t for c in CHECKS for t in c.tasks} <= set(build_tasks())

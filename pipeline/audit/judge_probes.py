@@ -14,6 +14,11 @@ about the pairs with and without the user. Both use the `rm_pairwise` prompt thr
   the true profile, the share whose advantage survives the swap (at least as large): won on
   something other than this user. A leak when that share's lower end is above 0.5 - a release
   where most preferences do not depend on who the user is.
+
+`position_free` asks the same three questions of a position-free judge (`judge_fit`: each
+answer alone, P(yes) to "would this user be satisfied?" from the first token's logprobs; an
+answer wins when its P(yes) is strictly higher): for a small model whose pairwise verdicts
+follow the A/B position (Qwen2.5-1.5B answered "A" in both orders), the only judge it can be.
 """
 
 from __future__ import annotations
@@ -32,8 +37,8 @@ from pipeline.stats import wilson
 AWARE = 0.9  # the persona-aware judge should reach this: below it, pairs miss the user
 
 
-async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
-    prompt = load_prompt("rm_pairwise")
+def _users(rows: list[dict]) -> tuple[dict, dict]:
+    """Each row's user, and the contrasting user the counterfactual probe swaps in."""
     users = {
         r["id"]: User(key=user_key(r), category=str(r["category"]),
                       aspects=user_context(r, "aspects"), levels={},
@@ -45,6 +50,19 @@ async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
     by_persona = {u.key: u for u in users.values()}
     other |= {r["id"]: by_persona[r["rejected_for"]] for r in rows
               if r.get("rejected_for") in by_persona}  # fmt: skip
+    return users, other
+
+
+def _contexts(r: dict, users: dict, other: dict) -> dict[str, str]:
+    contexts = {"blind": "", "true": users[r["id"]].profile}
+    if r["id"] in other:
+        contexts["contrast"] = other[r["id"]].profile
+    return contexts
+
+
+async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
+    prompt = load_prompt("rm_pairwise")
+    users, other = _users(rows)
 
     async def ask(ctx: str, q: str, a: str, b: str) -> str | None:
         try:
@@ -59,9 +77,7 @@ async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
 
     async def one(r: dict) -> dict:
         q, c, j = r["question"], r["chosen"], r["rejected"]
-        contexts = {"blind": "", "true": users[r["id"]].profile}
-        if r["id"] in other:
-            contexts["contrast"] = other[r["id"]].profile
+        contexts = _contexts(r, users, other)
         verdicts = await asyncio.gather(*(ask(ctx, q, *ans) for ctx in contexts.values()
                                           for ans in ((c, j), (j, c))))  # fmt: skip
         return {f"{who}_{order}": v for (who, order), v in zip(
@@ -117,3 +133,61 @@ def counterfactual(answers: list[dict]) -> Probe:
     lo, hi = wilson(k, n)
     return Probe("judge, counterfactual: survives the swap", k / n, float(lo), float(hi), n,
                  about, leak=float(lo) > 0.5, kind="share")  # fmt: skip
+
+
+async def position_free(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
+    """The judge probes by a position-free judge: per context (none, the user's profile, a
+    contrasting user's), each answer's P(yes) asked alone; chosen wins when its P(yes) is
+    strictly higher (equal: a tie, half)."""
+    prompt = load_prompt("judge_fit")
+    users, other = _users(rows)
+
+    async def p_yes(ctx: str, q: str, answer: str) -> float | None:
+        try:
+            result = await llm.call(prompt, stage="audit", model=model, fit="user_context",
+                                    variables={"user_context": ctx, "question": q,
+                                               "answer": answer})  # fmt: skip
+            return result.value.p_yes
+        except PermanentLLMError:
+            raise
+        except LLMError:
+            return None
+
+    async def one(r: dict) -> dict[str, float | None]:
+        contexts = _contexts(r, users, other)
+        got = await asyncio.gather(*(p_yes(ctx, r["question"], a) for ctx in contexts.values()
+                                     for a in (r["chosen"], r["rejected"])))  # fmt: skip
+        pairs = zip(got[::2], got[1::2], strict=True)
+        return {who: None if c is None or j is None else c - j
+                for who, (c, j) in zip(contexts, pairs, strict=True)}  # fmt: skip
+
+    margins = await asyncio.gather(*(one(r) for r in rows))
+
+    def won(who: str) -> list[float]:
+        return [1.0 if m[who] > 0 else 0.0 if m[who] < 0 else 0.5
+                for m in margins if m.get(who) is not None]  # fmt: skip
+
+    found = rule("judge, persona-aware, position-free", "each answer alone with the user's "
+                 "profile: P(yes) from logprobs, chosen higher (should be high)", won("true"),
+                 seed)  # fmt: skip
+    if found.value is not None:
+        found.leak = found.high < AWARE
+    blind_probe = rule("judge, persona-blind, position-free", "each answer alone without the "
+                       "user: P(yes) from logprobs, chosen higher", won("blind"), seed)
+    about = ("of the pairs where chosen's P(yes) is higher under the user's profile, the share "
+             "whose margin is as large under a contrasting user's (not personal)")  # fmt: skip
+    favoured = [m for m in margins if m.get("true") is not None and m["true"] > 0
+                and m.get("contrast") is not None]  # fmt: skip
+    survives = [m["contrast"] >= m["true"] for m in favoured]
+    if survives:
+        k, n = sum(survives), len(survives)
+        lo, hi = wilson(k, n)
+        swap = Probe("judge, counterfactual, position-free: survives the swap", k / n,
+                     float(lo), float(hi), n, about, leak=float(lo) > 0.5, kind="share")
+    else:
+        swap = Probe("judge, counterfactual, position-free: survives the swap", None, None,
+                     None, 0, about, kind="share")  # fmt: skip
+    out = [found, blind_probe, swap]
+    for p in out:
+        p.family = "judge"
+    return out

@@ -310,17 +310,19 @@ def compute(data: RunData, rows: list[dict], worst_n: int = WORST_N) -> dict:
 
 
 def judge_probes(rows: list[dict], judge) -> list:
-    """The judge probes (pipeline/audit/judge_probes.py) with `judge` = (run config, model id)."""
+    """The judge probes (pipeline/audit/judge_probes.py) with `judge` = (run config, model id)
+    or (run config, model id, "position-free")."""
     import asyncio
 
-    from pipeline.audit.judge_probes import run
+    from pipeline.audit.judge_probes import position_free, run
     from pipeline.llm.client import session
 
-    cfg, model = judge
+    cfg, model, *mode = judge
+    probe = position_free if mode == ["position-free"] else run
 
     async def go():
         async with session(cfg) as llm:
-            return await run(rows, llm, model or cfg.model.judge)
+            return await probe(rows, llm, model or cfg.model.judge)
 
     return asyncio.run(go())
 

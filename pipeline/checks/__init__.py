@@ -64,8 +64,13 @@ def _settings_model() -> type[Record]:
     # record: run every check on every pair and keep them all, noting what each check would
     # have dropped (`would_drop`): the published recipe, which had no automatic filter
     mode = (Literal["drop", "record"], Field("drop", description="drop pairs, or only record"))
+    # qualified: the judge checks run only if the judge passed qualification; a judge that
+    # failed costs no more calls and decides nothing (a small local model: the model-free
+    # floor, the artifact gate and human annotation are the filters), and the card says so
+    judges = (Literal["on", "qualified"], Field("on", description="when the judge checks run"))
     return create_model(
-        "FilterConfig", __base__=_FilterBase, **ordered, evaluate_all=evaluate_all, mode=mode
+        "FilterConfig", __base__=_FilterBase, **ordered, evaluate_all=evaluate_all, mode=mode,
+        judges=judges,
     )
 
 

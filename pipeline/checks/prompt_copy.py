@@ -17,6 +17,7 @@ from pydantic import Field
 from pipeline.checks.base import Check, Figure
 from pipeline.records import Pair, Record
 from pipeline.stats import words
+from pipeline.text import runs
 
 N = 8  # words in a copied run: shorter runs are shared by any two texts on one topic
 
@@ -42,8 +43,7 @@ def user_data(pair: Pair) -> list[str]:
 
 
 def grams(text: str) -> set[tuple[str, ...]]:
-    w = [x.lower() for x in words(text)]
-    return {tuple(w[i : i + N]) for i in range(len(w) - N + 1)}
+    return runs(text, N)
 
 
 def copied(answer: str, seen: set[tuple[str, ...]]) -> float:

@@ -30,6 +30,10 @@ def audit(
     base_url: str = typer.Option(None, help="OpenAI-compatible endpoint for the judge."),
     model: str = typer.Option(None, help="Judge model (default: the config's judge)."),
     sim: bool = typer.Option(False, help="Judge with the bundled simulator (implies --judge)."),
+    position_free: bool = typer.Option(False, "--position-free", help="The judge probes by a "
+                                       "position-free judge: each answer alone, P(yes) from "
+                                       "logprobs (implies --judge; the endpoint must give "
+                                       "logprobs)."),
     null: int = typer.Option(0, "--null", min=0, help="Also the null test: the answer-only "
                              "probes on N copies relabelled by a fair coin per pair (each "
                              "should read 0.5), with a permutation p-value per probe; ~N times "
@@ -43,8 +47,9 @@ def audit(
 
     with contextlib.ExitStack() as stack:
         judged = None
-        if judge or sim:
-            judged = (judge_config(stack, config, sim, base_url), model)
+        if judge or sim or position_free:
+            judged = (judge_config(stack, config, sim, base_url), model,
+                      "position-free" if position_free else "pairwise")
         out = audit_target(target, worst, out, judged, null)
     console.print((out / "summary.md").read_text(), markup=False, highlight=False)
     if json.loads((out / "audit.json").read_text())["warnings"]:

@@ -95,14 +95,21 @@ def build(
     print_summary(result, f"rerun `prb build --config {config} --run-id {run}`")
 
 
+# the demo starts its own model server (the simulator, the local model): `prb build` alone would
+# find none, so an interrupted demo is resumed by running it again
+AGAIN = "rerun the same `prb demo`"
+
+
 @app.command()
 @guarded
 def demo(
     config: Path = typer.Option(None, help="Default: configs/demo.yaml (configs/local.yaml "
                                 "with --local)."),
     run_id: str = typer.Option(None),
-    local: bool = typer.Option(False, help="On the real local model (the `local` extra: "
-                               "`make demo-local`), not the simulator."),
+    local: bool = typer.Option(False, help="On a real local model (`make demo-local`), not "
+                               "the simulator."),
+    local_model: str = typer.Option(None, help="With --local: qwen2.5-1.5b (default: the "
+                                    "config's model.local) or smollm2-135m."),
     recipe: str = typer.Option(None, help="Build the bundled LaMP-QA-format users "
                                "(personas/lamp-qa) with this recipe: published or prb "
                                "(configs/demo-lamp-<recipe>.yaml)."),
@@ -123,15 +130,20 @@ def demo(
             raise fail("--recipe picks the demo's config and runs on the simulator: "
                        "drop --config/--local", 2)  # fmt: skip
         config = DATA / "configs" / f"demo-lamp-{recipe}.yaml"
+    if local_model is not None and not local:
+        raise fail("--local-model names the model of --local: add --local", 2)
     if local:
-        from pipeline.llm import local as local_model
+        from pipeline.config import load_config
+        from pipeline.llm import local as served
 
         config = config or DATA / "configs" / "local.yaml"
-        with local_model.running() as (base_url, alias, digest):
-            console.print(f"local model {alias} on {base_url} (weights sha256 {digest})")
-            overrides = {"run_id": run_id, **local_model.overrides(base_url, alias, digest)}
-            overrides |= weak
-            result = run_build(config, overrides)
+        given = {"run_id": run_id, "model__local": local_model, **weak}
+        model = load_config(str(config), **given).model  # checked before the model starts
+        with served.running(model.local, threads=model.local_threads,
+                            batch_threads=model.local_batch_threads) as (url, alias, digest):
+            console.print(f"local model {alias} on {url} (weights sha256 {digest})")
+            result = run_build(config, given | served.overrides(url, alias, digest),
+                               resume=AGAIN)
     else:
         from pipeline.run.rundir import FingerprintError
         from pipeline.sim.server import running
@@ -141,11 +153,11 @@ def demo(
         with running() as base_url:  # the simulator prints its address itself
             overrides["model__base_url"] = base_url
             try:
-                result = run_build(config, overrides)
+                result = run_build(config, overrides, resume=AGAIN)
             except FingerprintError:  # a demo from an older prb: keep it aside, build anew
                 console.print("the demo run was made by another version of prb or config: "
                               "moving it aside and building the demo again")  # fmt: skip
-                result = run_build(config, overrides, force_new_run=True)
+                result = run_build(config, overrides, force_new_run=True, resume=AGAIN)
     try:
         print_summary(result, "rerun the same `prb demo`")
     finally:

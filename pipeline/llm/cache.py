@@ -97,6 +97,21 @@ class ResponseCache:
             "usage": json.loads(usage),
         }
 
+    def rows(self) -> list[dict]:
+        """Every entry, by key: what a recorded build's fixture carries (tests/real_model/)."""
+        with self._lock:
+            found = self._db.execute(
+                "SELECT key, task, model, request, content, usage FROM responses ORDER BY key"
+            ).fetchall()
+        return [{"key": k, "task": t, "model": m, "request": json.loads(r), "content": c,
+                 "usage": json.loads(u)} for k, t, m, r, c, u in found]  # fmt: skip
+
+    def add_rows(self, rows: list[dict]) -> None:
+        """Put entries that `rows` gave (a replayed fixture), keys as they were."""
+        for r in rows:
+            self.put(r["key"], task=r["task"], model=r["model"], request=r["request"],
+                     content=r["content"], usage=r["usage"])  # fmt: skip
+
     def count(self, task: str | None = None) -> int:
         with self._lock:
             if task is None:

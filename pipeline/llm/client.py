@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections import defaultdict
 from dataclasses import replace
@@ -124,6 +125,8 @@ class LLM:
     def params(self, prompt: Prompt) -> dict:
         """The request parameters of a prompt: its own (temperature, max_tokens) and, for a JSON
         task, the structured-output form of `model.structured_output` (in the cache key)."""
+        if prompt.params.get("logprobs"):  # read from the first token: a grammar would force "{"
+            return prompt.params
         fmt = cached_response_format(prompt.output, self.cfg.structured_output)
         return {**prompt.params, "response_format": fmt} if fmt else prompt.params
 
@@ -286,7 +289,11 @@ class LLM:
             if finish_reason == "content_filter":
                 # the provider refused: asking again gives the same refusal, so no retry
                 raise LLMError("content_filter", f"{prompt.task}: answer withheld by the filter")
-            if finish_reason == "length":
+            if req.params.get("logprobs"):
+                # a one-token answer read from its alternatives: max_tokens is the point, and
+                # the alternatives are the answer (cached with it)
+                content = json.dumps({"text": content, "top_logprobs": reply.top_logprobs or []})
+            elif finish_reason == "length":
                 # cut off at max_tokens: a text answer would parse but be incomplete; never cache it
                 raise CutOff(
                     f"{prompt.task}: answer cut off at max_tokens="

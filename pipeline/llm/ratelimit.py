@@ -67,15 +67,18 @@ def request_tokens(messages: list[dict], params: dict) -> int:
     return prompt_tokens(messages) + int(params.get("max_tokens") or 0)
 
 
-def prompt_tokens(messages: list[dict]) -> int:
-    """Prompt tokens of a chat request: cl100k where it is installed, else a bound that no
-    BPE count of English text exceeds (one token per 2 characters)."""
+def text_tokens(text: str) -> int:
+    """Tokens of a text: cl100k where it is installed, else a bound that no BPE count of
+    English text exceeds (one token per 2 characters)."""
     enc = _encoding()
+    return len(enc.encode(text, disallowed_special=())) if enc else math.ceil(len(text) / 2)
+
+
+def prompt_tokens(messages: list[dict]) -> int:
+    """Prompt tokens of a chat request (text_tokens of each message, with its overhead)."""
     total = 3  # the reply's priming
     for m in messages:
-        text = m.get("content") or ""
-        total += PER_MESSAGE + (len(enc.encode(text, disallowed_special=())) if enc
-                                else math.ceil(len(text) / 2))  # fmt: skip
+        total += PER_MESSAGE + text_tokens(m.get("content") or "")
     return total
 
 

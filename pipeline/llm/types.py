@@ -12,6 +12,30 @@ from pydantic import BaseModel
 from pipeline.errors import PrbError
 
 TASK_HEADER = "X-PRB-Task"  # lets the simulator (or a proxy) see which prompt a call uses
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def split_reasoning(content: str) -> tuple[str, str]:
+    """(reasoning, answer) of a completion whose content carries reasoning as open models
+    served by vLLM or llama.cpp write it: `<think>…</think>` blocks, or the text before a lone
+    `</think>` (templates that open the block in the prompt). An unclosed `<think>` (cut off
+    while thinking) leaves no answer."""
+    if THINK_OPEN not in content and THINK_CLOSE not in content:
+        return "", content
+    reasoning, answer = [], []
+    head, sep, rest = content.partition(THINK_CLOSE)
+    if sep and THINK_OPEN not in head:  # opened by the template: all before it is reasoning
+        reasoning.append(head)
+        content = rest
+    while THINK_OPEN in content:
+        before, _, after = content.partition(THINK_OPEN)
+        answer.append(before)
+        thought, closed, content = after.partition(THINK_CLOSE)
+        reasoning.append(thought)
+        if not closed:
+            content = ""
+    answer.append(content)
+    return "\n".join(r.strip() for r in reasoning).strip(), "".join(answer).strip()
 
 
 class LLMError(Exception):
@@ -78,6 +102,9 @@ class Reply:
     content: str
     finish_reason: str | None
     tokens: dict
+    # the first generated token's alternatives [{token, logprob}], when the request asked
+    # for logprobs and the endpoint gave them
+    top_logprobs: list[dict] | None = None
 
 
 @dataclass
@@ -110,6 +137,7 @@ class StageUsage:
     cache_hits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0  # of completion_tokens: thinking that never reaches parsing
     retries: Counter = field(default_factory=Counter)  # by exception kind
     failures: Counter = field(default_factory=Counter)
 
@@ -117,6 +145,7 @@ class StageUsage:
         """Count a completion's `usage` (an online answer or a batch line: the same dict)."""
         self.prompt_tokens += tokens.get("prompt_tokens") or 0
         self.completion_tokens += tokens.get("completion_tokens") or 0
+        self.reasoning_tokens += tokens.get("reasoning_tokens") or 0
 
     def as_dict(self) -> dict:
         return {
@@ -124,6 +153,7 @@ class StageUsage:
             "cache_hits": self.cache_hits,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
+            **({"reasoning_tokens": self.reasoning_tokens} if self.reasoning_tokens else {}),
             "retries": dict(sorted(self.retries.items())),
             "failures": dict(sorted(self.failures.items())),
         }

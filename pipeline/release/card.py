@@ -164,7 +164,10 @@ def qualification_md(found: dict) -> str:
     if found.get("passed") is None:
         why = found.get("why") or (f"{found['failed_calls']} of {found['calls']} calibration "
                                    "calls failed at the endpoint")  # fmt: skip
-        return f"The judge `{found['judge_model']}` could not be qualified on this build: {why}."
+        skipped = (" No judge check ran (`filters.judges: qualified`)."
+                   if found.get("judges_skipped") else "")  # fmt: skip
+        return (f"The judge `{found['judge_model']}` could not be qualified on this build: "
+                f"{why}.{skipped}")
     p, c, t = found["prefers_sound"], found["consistent"], found["thresholds"]
     def rate(r: dict) -> str:  # a rate no verdict went into (failed calls) reads "–"
         return f"{r['value']:.0%} ({r['k']}/{r['n']})" if r["n"] else "–"
@@ -174,7 +177,12 @@ def qualification_md(found: dict) -> str:
     verdict = ("It **failed** the thresholds and the build went on only because it was told to "
                "(`--accept-weak-judge`): this release was filtered by a weak judge."
                if found.get("accepted_weak") else "It passed.")  # fmt: skip
-    return "\n\n".join([
+    if found.get("judges_skipped"):
+        verdict = ("It did not pass, so **no judge check ran** (`filters.judges: qualified`): "
+                   "the pairs were filtered by the model-free checks (the quality floor, the "
+                   "artifact gate, length and similarity) alone, and no judge's verdict is in "
+                   "this release.")  # fmt: skip
+    return "\n\n".join(filter(None, [
         f"Before the filters ran, the judge `{found['judge_model']}` compared {found['answers']} "
         f"sound answers from this build with corrupted copies of themselves ({found['items']} "
         f"items, both A/B orders: {found['calls']} calls). It preferred the sound answer in "
@@ -183,7 +191,26 @@ def qualification_md(found: dict) -> str:
         f"{c['value']:.0%} of {c['n']} items [{c['low']:.0%}, {c['high']:.0%}] (threshold "
         f"{t['min_consistent']:.0%}). {verdict}",
         _table(["corruption", "prefers the sound answer", "same verdict in both orders"], rows),
-    ])  # fmt: skip
+        position_free_md(found.get("position_free"), t),
+    ]))  # fmt: skip
+
+
+def position_free_md(found: dict | None, t: dict) -> str:
+    """The position-free judge's rates on the same items, when it was asked."""
+    if not found:
+        return ""
+    p = found["prefers_sound"]
+    if not p["n"]:
+        return (f"The position-free judge (`{found['task']}`) gave no usable answer "
+                f"({found['failed_calls']} of {found['calls']} calls failed).")  # fmt: skip
+    kinds = ", ".join(f"{k} {r['value']:.0%} ({r['k']}/{r['n']})"
+                      for k, r in found["by_corruption"].items() if r["n"])  # fmt: skip
+    verdict = "would pass" if found["passed"] else "would fail"
+    return (f"Beside it, the position-free judge (`{found['task']}`: each answer asked alone, "
+            f"P(yes) from the logprobs, {found['calls']} calls) scored the sound answer higher "
+            f"on {p['value']:.0%} of {p['n']} items [{p['low']:.0%}, {p['high']:.0%}]; it "
+            f"{verdict} the {t['min_prefers_sound']:.0%} threshold (by corruption: {kinds}). "
+            "The filters' judges are pairwise, so the build's verdict is the pairwise judge's.")
 
 
 def render_card(

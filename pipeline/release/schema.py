@@ -99,8 +99,9 @@ def to_row(f: FilterRecord, ann: AnnotationRecord) -> dict:
         "rejected_for": p.rejected_for,
     }
     results = {c.name: c.read(f) for c in CHECKS}
-    for c in CHECKS:
-        row |= {name: value(results[c.name]) for name, (_, _, value) in c.columns.items()}
+    for c in CHECKS:  # a check that did not run (no judge qualified) leaves its columns null
+        r = results[c.name]
+        row |= {name: None if r is None else value(r) for name, (_, _, value) in c.columns.items()}
     row["pair_checks"] = {  # a check switched off (counterfactual by default) leaves nulls
         k: v for c in CHECKS
         for k, v in (c.released(results[c.name]) if results[c.name] is not None

@@ -39,9 +39,11 @@ def run_build(
     address: str | None = None,
     shards: int = 8,
     force_new_run: bool = False,
+    resume: str | None = None,
 ) -> dict:
     """The build flow with prb's own Prefect server, console and progress display. Interrupted
-    (Ctrl-C, SIGTERM), it says how to resume and exits 130 or 143 (no traceback)."""
+    (Ctrl-C, SIGTERM), it says how to resume (`resume`, else the `prb build` that does) and
+    exits 130 or 143 (no traceback)."""
     from pipeline import progress
     from pipeline.config import load_config
     from pipeline.llm import cost
@@ -55,7 +57,8 @@ def run_build(
         if not BACKENDS.get(cfg.model.provider).batch:
             raise PrbError(f"--mode batch: model.provider {cfg.model.provider} has no batch "
                            "mode in prb; use --mode online")
-    resume = f"rerun `prb build{f' --config {config}' if config else ''} --run-id {cfg.run_id}`"
+    resume = resume or (
+        f"rerun `prb build{f' --config {config}' if config else ''} --run-id {cfg.run_id}`")
     exit_on_sigterm()
     from prefect.exceptions import TerminationSignal
 

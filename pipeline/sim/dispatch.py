@@ -10,7 +10,7 @@ from pipeline.sim import persona_writer, responder, rm_judge
 
 HANDLED = {"planner", "content_plan", "chosen", "rejected", "judge_quality", "judge_adherence",
            "judge_blind", "rm_pointwise", "rm_pairwise", "bon_oracle", "bon_candidate",
-           "persona_expand", "published_pairwise"}  # fmt: skip
+           "persona_expand", "published_pairwise", "judge_fit"}  # fmt: skip
 
 
 def detect_task(header: str | None, t: dict[str, str]) -> str:
@@ -56,7 +56,7 @@ def respond(
     makes the pairwise judges weak: `random` verdicts, or `always_a` (judge qualification)."""
     system = "\n".join(m.get("content") or "" for m in messages if m.get("role") == "system")
     user = "\n".join(m.get("content") or "" for m in messages if m.get("role") != "system")
-    t = responder.tags(user)
+    t = responder.tags(system) | responder.tags(user)  # a prompt may put data in either
     task = detect_task(task, t)
     rng = responder.rng_for(task, messages, model, seed)
     handlers = {
@@ -75,6 +75,7 @@ def respond(
         "bon_oracle": lambda: rm_judge.bon_oracle(t, rng),
         "bon_candidate": lambda: rm_judge.bon_candidate(t, system, rng),
         "published_pairwise": lambda: rm_judge.published_pairwise(user, rng),
+        "judge_fit": lambda: rm_judge.judge_fit(t, rng),
     }
     handlers["persona_expand"] = lambda: persona_writer.persona_expand(t, rng)
     if task == "rejected" and responder.rng_for("degrade", messages).random() < degrade_rate:

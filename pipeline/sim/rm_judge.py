@@ -21,6 +21,7 @@ from pipeline.sim.responder import (
     STYLES,
     Style,
     budget,
+    judge_quality,
     keywords,
     layout,
     numbered,
@@ -62,6 +63,19 @@ def rm_pointwise(t: dict[str, str], rng: random.Random) -> str:
         score = 5 + min(_words(answer), 150) / 50 + rng.uniform(-1.5, 1.5)
         why = "general impression"
     return json.dumps({"score": round(min(10.0, max(1.0, score)), 1), "reason": why})
+
+
+def judge_fit(t: dict[str, str], rng: random.Random) -> str:
+    """The position-free judge's P(yes): with a user context, the answer's fit to it (as the
+    pointwise judge scores it); without, its general quality (the quality judge's three
+    scores). The server turns it into a one-token answer with logprobs."""
+    if t.get("user_context"):
+        p = (json.loads(rm_pointwise(t, rng))["score"] - 1) / 9
+    else:
+        scores = json.loads(judge_quality(t, rng))
+        p = (sum(scores[k] for k in ("correctness", "relevance", "helpfulness")) - 3) / 12
+        p = min(0.98, max(0.02, p + rng.uniform(-0.03, 0.03)))
+    return json.dumps({"p_yes": round(p, 4)})
 
 
 def rm_pairwise(t: dict[str, str], rng: random.Random) -> str:

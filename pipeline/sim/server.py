@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import math
 import random
 import re
 import socket
@@ -48,6 +49,9 @@ class SimOptions:
     leaky: bool = False  # rejected answers shorter, hedged, in a register of their own
     leaky_rate: float = 1.0  # with leaky: the share of rejected answers written so (by hash)
     judge: str = "sound"  # the pairwise judges: sound, random or always_a (a weak judge)
+    # answers that carry reasoning as open models emit it: half `<think>…</think>` before the
+    # content (vLLM / llama.cpp raw), half in a `reasoning_content` field (by hash)
+    reasoning_rate: float = 0.0
     seed: int = 0
     fault_tasks: str = ""  # comma-separated prompt tasks the faults hit (X-PRB-Task); "" = all
     retry_after: str = "0"  # the 429s' Retry-After header; "" sends none
@@ -258,6 +262,15 @@ def create_app(opts: SimOptions) -> FastAPI:
             await asyncio.sleep(opts.slow_s)
         opts.stats["answered"] += 1
         completion_tokens = len(content.split())
+        message = {"role": "assistant", "content": content}
+        logprobs = None
+        if body.get("logprobs"):
+            top_k = int(body.get("top_logprobs") or 1)
+            message["content"], logprobs = with_logprobs(content, top_k)
+            completion_tokens = 1
+        if opts.reasoning_rate and finish_reason == "stop":
+            message = with_reasoning(message, opts, body)
+            completion_tokens += len(THOUGHT.split())
         payload = {
             "id": "chatcmpl-sim",
             "object": "chat.completion",
@@ -268,7 +281,8 @@ def create_app(opts: SimOptions) -> FastAPI:
                 {
                     "index": 0,
                     "finish_reason": finish_reason,
-                    "message": {"role": "assistant", "content": content},
+                    "message": message,
+                    **({"logprobs": logprobs} if logprobs else {}),
                 }
             ],
             "usage": {
@@ -293,6 +307,44 @@ def create_app(opts: SimOptions) -> FastAPI:
     return app
 
 
+# what leaks if reasoning reached parsing or the floor: not JSON, a repeated line, an echo
+THOUGHT = ("The user wants an answer. {not json}\nLet me think.\nLet me think.\nLet me think.\n"
+           "Answer: placeholder")  # fmt: skip
+
+
+def with_reasoning(message: dict, opts: SimOptions, body: dict) -> dict:
+    """`message` with planted reasoning, for `opts.reasoning_rate` of requests (by hash)."""
+    digest = hashlib.sha256(json.dumps(body.get("messages"), sort_keys=True).encode()).digest()
+    draw = int.from_bytes(digest[:8], "big") / 2**64
+    if draw >= opts.reasoning_rate:
+        return message
+    opts.stats["reasoning"] += 1
+    if digest[8] % 2:
+        return message | {"content": f"<think>\n{THOUGHT}\n</think>\n\n{message['content']}"}
+    return message | {"reasoning_content": THOUGHT}
+
+
+def with_logprobs(content: str, k: int) -> tuple[str, dict]:
+    """A one-token answer and its logprobs, as OpenAI and llama.cpp give them: a yes/no judge's
+    `{"p_yes": p}` becomes "yes" or "no" with both words' logprobs among the alternatives;
+    any other answer its first word, certain."""
+    try:
+        p = float(json.loads(content)["p_yes"])
+    except (ValueError, TypeError, KeyError):
+        first = (content.split() or [""])[0]
+        top = [{"token": first, "logprob": 0.0}]
+    else:
+        p = min(max(p, 1e-6), 1 - 1e-6)
+        top = sorted([{"token": "yes", "logprob": math.log(p)},
+                      {"token": "no", "logprob": math.log(1 - p)}],
+                     key=lambda t: -t["logprob"])  # fmt: skip
+        top += [{"token": " Yes", "logprob": -12.0}, {"token": "The", "logprob": -13.0}]
+    top = top[: max(1, k)]
+    entry = {"token": top[0]["token"], "logprob": top[0]["logprob"], "bytes": None,
+             "top_logprobs": [t | {"bytes": None} for t in top]}  # fmt: skip
+    return top[0]["token"], {"content": [entry], "refusal": None}
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -311,6 +363,7 @@ OPTION_FLAGS = {
     "leaky": "--leaky",
     "leaky_rate": "--leaky-rate",
     "judge": "--judge",
+    "reasoning_rate": "--reasoning-rate",
     "fault_tasks": "--fault-tasks",
     "retry_after": "--retry-after",
     **{name: "--" + name.replace("_", "-") for name in extra_faults.EXTRA_RATES},

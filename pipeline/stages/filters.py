@@ -21,6 +21,7 @@ from pipeline.errors import is_transient
 from pipeline.llm.prompts import load_prompt
 from pipeline.llm.types import CallResult, LLMError, PermanentLLMError
 from pipeline.qualification import qualify
+from pipeline.qualification import read as read_qualification
 from pipeline.records import FilterRecord, Pair
 from pipeline.stages.base import RunContext, Stage, process_stage
 from pipeline.store import Records
@@ -63,9 +64,14 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
     # evaluate_all asks every judge at once; otherwise every model-free check first (they cost
     # nothing), then one judge check at a time, cheapest first (in batch mode all judges in one
     # round: a round costs a job's turnaround there, and a call saved is not worth a day)
+    qualified = None if ctx.shard else await qualification(ctx, pairs)
+    unjudged = [c.name for c in on if c.cost]
+    if cfg.judges == "qualified" and not (read_qualification(ctx.run_dir) or {}).get("passed"):
+        on = [c for c in on if not c.cost]  # no verdict of a judge that did not qualify
+    else:
+        unjudged = []
     free = [c for c in by_cost() if not c.cost and c in on]
     judges = [c for c in by_cost() if c.cost and c in on]
-    qualified = None if ctx.shard else await qualification(ctx, pairs)
     record_only = cfg.mode == "record"  # every check on every pair, nothing dropped
     if cfg.evaluate_all or record_only:
         rounds = [on]
@@ -89,7 +95,7 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
         reasons: dict[str, list[str]] = {}
         done: dict[str, CallResult] = {}
         errors: dict[str, LLMError] = {}
-        skipped: list[str] = []
+        skipped: list[str] = list(unjudged)
         for group in rounds:
             if (any(reasons.values()) or errors) and len(rounds) > 1:  # dropped already
                 skipped += [c.name for c in group]
@@ -137,6 +143,8 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
     keys.extend(qualified["keys"] if qualified else ())  # billed to the judge, like the checks
     ctx.produced[STAGE.name], ctx.keys[STAGE.name] = ids, keys
     ctx.funnel[STAGE.funnel], ctx.lost[STAGE.funnel] = kept, lost
+    if unjudged:  # the funnel says it: these pairs met no judge
+        ctx.changed[STAGE.funnel] = {"not judged (the judge did not qualify)": len(ids)}
     return out
 
 

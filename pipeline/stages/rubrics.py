@@ -4,14 +4,22 @@ or `both` (the imported ones are used; the planner's are recorded beside them, w
 the imported aspects it found: the audit's agreement figure).
 
 Every aspect must rest on the profile: its `evidence` cites a real profile item id in brackets
-or quotes a profile item. Aspects that do neither are moved to `ungrounded_aspects` (kept for
-the audit, never used); a plan with no grounded aspect left is dropped as `planner_ungrounded`.
+or quotes a profile item. And it must be a requirement, not a dimension: Qwen2.5-1.5B returned
+"format", "tone" and "values" as aspects, which no answer can be checked against; an aspect of
+fewer than MIN_WORDS words is not used, and neither is one that copies the planner prompt's own
+worked example: a run of COPIED words of its instructions (the 1.5B model gave a retired dyer
+"Keep each step doable in a ten-minute lunch break"), or one of the example's own words
+(`example_words` in prompts/planner.yaml) that the user never wrote ("Use simple language, as
+the user is a marine electrician"). Aspects that fail any of these are moved to
+`ungrounded_aspects` (kept for the audit, never used); a plan with no usable aspect left is
+dropped as `planner_ungrounded`.
 An aspect the plan repeats (same words, any case or spacing) is kept once: a small real model
 wrote one aspect five times, which would weigh it five times in the adherence judge's score.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 
 from pipeline.llm.prompts import load_prompt
@@ -19,14 +27,36 @@ from pipeline.llm.types import LLMError
 from pipeline.records import AspectAgreement, Dropped, RubricAspect, RubricRecord, Task
 from pipeline.stages.base import RunContext, Stage, model_stage_done, process_stage
 from pipeline.store import Records
-from pipeline.text import content_words
+from pipeline.text import content_words, runs
 
 CITED_ID = re.compile(r"\[([^\[\]]+)\]")
 QUOTE = re.compile(r"['\"‘“]([^'\"’”]{12,})['\"’”]")
 MIN_QUOTE = 12  # characters of a quote that must occur verbatim in a profile item
+MIN_WORDS = 4  # "Keep it under ten minutes" is a requirement; "tone" is not
+COPIED = 5  # words in a run shared with the planner's instructions: copied, not derived
+
+
+@functools.cache
+def _instructions() -> tuple[frozenset[tuple[str, ...]], frozenset[str]]:
+    """The planner's instructions as runs of COPIED words, and its example's own words."""
+    planner = load_prompt("planner")
+    example = {w.lower() for w in planner.extra.get("example_words") or ()}
+    return frozenset(runs(planner.system, COPIED)), frozenset(example)
+
+
+def copied(aspect: RubricAspect, task: Task) -> bool:
+    """The aspect repeats the planner prompt's example rather than this user's posts."""
+    instructions, example = _instructions()
+    if runs(aspect.aspect, COPIED) & instructions:
+        return True
+    borrowed = content_words(aspect.aspect) & example
+    said = content_words(" ".join([task.question, *(i.text for i in task.profile)]))
+    return bool(borrowed - said)
 
 
 def grounded(aspect: RubricAspect, task: Task) -> bool:
+    if len(aspect.aspect.split()) < MIN_WORDS or copied(aspect, task):
+        return False
     ids = {i.id for i in task.profile}
     if any(c.strip() in ids for c in CITED_ID.findall(aspect.evidence)):
         return True
@@ -122,7 +152,8 @@ async def run(ctx: RunContext, tasks: Records) -> Records:
                 stage=STAGE.name,
                 id=task.task_id,
                 reason="planner_ungrounded",
-                detail=f"none of {len(aspects)} aspects cites a profile item of "
+                detail=f"none of {len(aspects)} aspects is a requirement of {MIN_WORDS}+ words, "
+                f"not copied from the prompt, citing a profile item of "
                 f"{task.persona.persona_id}",
             )
         return RubricRecord(

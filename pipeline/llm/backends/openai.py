@@ -8,25 +8,51 @@ import json
 import httpx2  # the HTTP library of this openai release
 import openai
 
+from pipeline.llm import ratelimit
 from pipeline.llm.backends.base import classify
-from pipeline.llm.types import TASK_HEADER, Reply, Request, Unparseable
+from pipeline.llm.types import TASK_HEADER, Reply, Request, Unparseable, split_reasoning
 from pipeline.sim import FINGERPRINT as SIMULATOR
 
 PERMANENT = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)
 BAD_REQUEST = (openai.BadRequestError, openai.UnprocessableEntityError)
 
 
+def first_top_logprobs(body: bytes | dict | None) -> list[dict] | None:
+    """The first generated token's alternatives of a chat completion (`logprobs: true,
+    top_logprobs: k`), as [{token, logprob}]; None if it has none."""
+    try:
+        data = json.loads(body) if isinstance(body, bytes | str) else body
+        first = data["choices"][0]["logprobs"]["content"][0]
+        return [{"token": str(t["token"]), "logprob": float(t["logprob"])}
+                for t in first["top_logprobs"]]  # fmt: skip
+    except (ValueError, LookupError, TypeError, AttributeError):
+        return None
+
+
 def read_completion(body: bytes | dict | None) -> tuple[str, str | None, dict]:
     """Content, finish reason and token usage of a chat completion (its JSON body, or that body
-    parsed). A truncated, garbled or non-completion body is transient, like a 5xx."""
+    parsed). A truncated, garbled or non-completion body is transient, like a 5xx.
+
+    Reasoning (a `reasoning_content` / `reasoning` field, `<think>` blocks in the content) is
+    taken out of the content, so it never reaches parsing or the floor, and counted in
+    `reasoning_tokens` (the endpoint's figure where it gives one, else counted here)."""
     try:
         data = json.loads(body) if isinstance(body, bytes | str) else body
         choices = data["choices"]
         choice = choices[0] if choices else {}
-        content = (choice.get("message") or {}).get("content") or ""
+        message = choice.get("message") or {}
+        content = message.get("content") or ""
+        separate = message.get("reasoning_content") or message.get("reasoning") or ""
         tokens = data.get("usage") or {}
         if not isinstance(content, str) or not isinstance(tokens, dict):
             raise TypeError(type(content).__name__)
+        thought, content = split_reasoning(content)
+        reasoning = "\n".join(t for t in (str(separate).strip(), thought) if t)
+        if reasoning:
+            details = tokens.get("completion_tokens_details") or {}
+            reported = details.get("reasoning_tokens") if isinstance(details, dict) else None
+            counted = ratelimit.text_tokens(reasoning)
+            tokens = {**tokens, "reasoning_tokens": reported or counted}
     except (ValueError, LookupError, TypeError, AttributeError) as e:
         raise Unparseable(f"response body is not a chat completion: {type(e).__name__}") from None
     if data.get("system_fingerprint") == SIMULATOR:
@@ -82,7 +108,8 @@ class OpenAIBackend:
             raise classify(e, self.cfg, permanent=PERMANENT, bad_request=BAD_REQUEST) from None
         content, finish_reason, tokens = read_completion(response.content)
         headers = {k.lower(): v for k, v in response.headers.items()}
-        return Reply(response.status_code, headers, content, finish_reason, tokens)
+        top = first_top_logprobs(response.content) if req.params.get("logprobs") else None
+        return Reply(response.status_code, headers, content, finish_reason, tokens, top)
 
     async def aclose(self) -> None:
         await self.client.close()

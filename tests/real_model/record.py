@@ -1,0 +1,116 @@
+"""Record a real-model build as a replay fixture (issue 37).
+
+    .venv/bin/python tests/real_model/record.py NAME [--keep DIR] [--cache FILE]
+    make record-real NAME=NAME
+
+Runs `prb demo --local --config <its config>` on the real local model (the 1.5B by default:
+`make demo-local` installs it) into a fresh outputs folder, then writes
+`tests/real_model/NAME.json.gz`: every response the build used (its response cache), and what
+the replay test holds it to — the prompt refs, the release's file hashes, its funnel, its
+probe figures and the judge's qualification. `tests/test_real_replay.py` rebuilds the release
+offline from the fixture, with no model running. Takes what the build takes (hours for the
+60-pair builds on 2 cores); the fixture is small (the model's text, gzipped).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+# name -> the config it builds (a file under configs/)
+RECORDINGS = {
+    "demo-local": "configs/local.yaml",
+    "real-default": "configs/real-default.yaml",
+    "real-instructed": "configs/real-instructed.yaml",
+}
+
+
+def fixture_path(name: str) -> Path:
+    return HERE / f"{name}.json.gz"
+
+
+def write_fixture(path: Path, data: dict) -> None:
+    raw = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+    with open(path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0) as gz:
+        gz.write(raw)
+
+
+def read_fixture(path: Path) -> dict:
+    with gzip.open(path, "rb") as f:
+        return json.loads(f.read())
+
+
+def config_for(name: str, outputs: Path) -> Path:
+    """The recording's config with its outputs folder: the one thing a replay changes too."""
+    data = yaml.safe_load((REPO / RECORDINGS[name]).read_text())
+    data["outputs_dir"] = str(outputs)
+    path = outputs.parent / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def file_hashes(release: Path) -> dict[str, str]:
+    from pipeline.store import sha256_file
+
+    return {str(p.relative_to(release)): sha256_file(p)
+            for p in sorted(release.rglob("*")) if p.is_file()}  # fmt: skip
+
+
+def main() -> None:
+    import argparse
+
+    from pipeline.llm.cache import ResponseCache
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("name", choices=RECORDINGS)
+    ap.add_argument("--keep", type=Path, help="build in this folder and leave it there to read")
+    ap.add_argument("--cache", type=Path, help="start from this response cache (an earlier "
+                    "recording's outputs/cache.sqlite): only what changed is asked again")
+    args = ap.parse_args()
+    name = args.name
+    with tempfile.TemporaryDirectory(prefix=f"prb-record-{name}-") as tmp:
+        outputs = (args.keep.resolve() if args.keep else Path(tmp)) / "outputs"
+        outputs.mkdir(parents=True, exist_ok=True)
+        if args.cache:
+            shutil.copyfile(args.cache, outputs / "cache.sqlite")
+        config = config_for(name, outputs)
+        started = time.monotonic()
+        run = subprocess.run([sys.executable, "-m", "pipeline.cli", "demo", "--local",
+                              "--config", str(config)], cwd=REPO)  # fmt: skip
+        wall = time.monotonic() - started
+        if run.returncode != 0:
+            sys.exit(f"the build exited {run.returncode}: nothing recorded")
+        run_id = yaml.safe_load(config.read_text())["run_id"]
+        release = outputs / run_id / "release"
+        manifest = json.loads((release / "manifest.json").read_text())
+        stats = json.loads((outputs / run_id / "run_stats.json").read_text())
+        cache = ResponseCache(outputs / "cache.sqlite")
+        rows = cache.rows()
+        cache.close()
+    data = {
+        "name": name, "config": RECORDINGS[name], "run_id": run_id,
+        "models": manifest["models"],
+        "weights_sha256": manifest["config"]["model"]["weights_sha256"],
+        "prompts": {t: p["ref"] for t, p in manifest["prompts"].items()},
+        "files": file_hashes(release), "funnel": manifest["funnel"],
+        "validity": manifest["validity"], "judge_qualification": manifest["judge_qualification"],
+        "usage": stats["usage"], "wall_s": round(wall), "responses": rows,
+    }  # fmt: skip
+    write_fixture(fixture_path(name), data)
+    size = fixture_path(name).stat().st_size
+    print(f"recorded {name}: {len(rows)} responses, {manifest['funnel'][-1]['count']} pairs "
+          f"released, build {wall / 60:.1f} min, fixture {size / 1e6:.2f} MB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Real text guards every change (issue 37): builds that the real local model (Qwen2.5-Coder-
+1.5B-Instruct) made are recorded as fixtures (tests/real_model/*.json.gz: every response the
+build used). Each is rebuilt here offline from its fixture, with no model running, and must
+give the recorded release byte for byte, with its funnel, probe figures and the judge's
+qualification. A prompt changed since the recording fails with one line naming the command
+that records the build again on the real model."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import build
+
+sys.path.insert(0, str(Path(__file__).parent / "real_model"))
+from record import RECORDINGS, config_for, file_hashes, fixture_path, read_fixture  # noqa: E402
+
+from pipeline.llm import local  # noqa: E402
+from pipeline.llm.cache import ResponseCache  # noqa: E402
+from pipeline.llm.prompts import load_prompt  # noqa: E402
+
+RECORDED = [n for n in RECORDINGS if fixture_path(n).exists()]
+DEAD = "http://127.0.0.1:9/v1"  # nothing listens: a response missing from the fixture fails
+
+
+def stale_prompts(recorded: dict[str, str]) -> list[str]:
+    return sorted(t for t, ref in recorded.items() if load_prompt(t).ref != ref)
+
+
+def test_there_is_a_recorded_real_model_build():
+    assert "demo-local" in RECORDED, "tests/real_model/demo-local.json.gz is missing"
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_a_real_model_build_replays_offline_to_the_recorded_release(name, tmp_path):
+    fixture = read_fixture(fixture_path(name))
+    stale = stale_prompts(fixture["prompts"])
+    if stale:
+        pytest.fail(f"{name}: prompts changed since the real model wrote this build "
+                    f"({', '.join(stale)}): record it again with `make record-real "
+                    f"NAME={name}` (needs `make demo-local`)", pytrace=False)  # fmt: skip
+    outputs = tmp_path / "outputs"
+    cache = ResponseCache(outputs / "cache.sqlite")
+    cache.add_rows(fixture["responses"])
+    cache.close()
+    config = config_for(name, outputs)
+    alias = fixture["models"]["generator"]
+    result = build(config, **local.overrides(DEAD, alias, fixture["weights_sha256"]),
+                   model__max_retries=0)  # fmt: skip
+    release = Path(result["release_dir"])
+    assert sum(u["calls"] for u in result["usage"].values()) == 0  # every answer recorded
+    manifest = json.loads((release / "manifest.json").read_text())
+    assert manifest["funnel"] == fixture["funnel"]
+    assert manifest["validity"] == fixture["validity"]
+    assert manifest["judge_qualification"] == fixture["judge_qualification"]
+    assert manifest["simulated"] is False and manifest["models"]["generator"] == alias
+    assert file_hashes(release) == fixture["files"]
+    assert fixture["funnel"][-1]["count"] > 0
+
+
+def test_a_changed_prompt_names_the_command_that_records_again():
+    fixture = read_fixture(fixture_path("demo-local"))
+    changed = dict(fixture["prompts"]) | {"chosen": "chosen@0+000000000000"}
+    assert stale_prompts(changed) == ["chosen"]
+    assert stale_prompts(fixture["prompts"]) == []
