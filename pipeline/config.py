@@ -79,6 +79,9 @@ class ModelConfig(Section):
     # (pipeline/llm/local.py: qwen2.5-1.5b, smollm2-135m) and its CPU threads (default: 1 to
     # generate, as two collapse when another process takes a core; up to 2 for prompts)
     local: str | None = None
+    # offline: every call is answered from the response cache, and a request that failed when
+    # the cache was made fails the same way (a recorded build replayed: tests/real_model/)
+    replay: bool = False
     local_threads: int | None = Field(None, ge=1, le=256)  # generation
     local_batch_threads: int | None = Field(None, ge=1, le=256)  # prompt processing
 
@@ -315,7 +318,7 @@ EXECUTION_ONLY = (
     "model.max_retries", "model.timeout_s", "model.backoff_initial_s", "model.backoff_max_s",
     "model.requests_per_minute", "model.tokens_per_minute", "model.rate_limits_from_headers",
     # a local model is recorded by its id and weights hash
-    "model.local", "model.local_threads", "model.local_batch_threads",
+    "model.local", "model.local_threads", "model.local_batch_threads", "model.replay",
     "model.context_window",  # the build's judges cut nothing: an overlong prompt fails either way
     "rl", "qualification.accept_weak_judge",  # the rates are recorded either way
 )  # fmt: skip

@@ -109,7 +109,8 @@ def rates(verdicts: list[tuple[str | None, str | None]]) -> dict:
 
 async def position_free(ctx, todo: list[dict], judge: str) -> dict:
     """Every distinct answer of the items asked alone (judge_fit); per item, whether the sound
-    answer's P(yes) is strictly above the corrupt one's (a tie or a failed call: no pick)."""
+    answer's P(yes) is strictly above the corrupt one's (a tie counts against it, as ties lose;
+    a failed call in neither)."""
     prompt = load_prompt(FIT_TASK)
     keys: list[str] = []
 

@@ -138,8 +138,9 @@ def test_the_floor_would_drop_every_degenerate_answer_the_real_model_wrote(real_
 
 
 def test_the_local_demo_releases_nothing_degenerate(served, tmp_path):
-    """`prb demo --local` (configs/local.yaml; fewer personas here): it stops at the judge's
-    qualification, releases nothing, or releases pairs whose answers pass the floor."""
+    """`prb demo --local`'s config (configs/local.yaml) on SmolLM2 (fewer personas here): its
+    judge fails qualification, so no judge check runs (`filters.judges: qualified`), and the
+    build releases nothing or pairs whose answers pass the floor."""
     base_url, alias, digest = served
     data = yaml.safe_load((Path(__file__).parent.parent / "configs" / "local.yaml").read_text())
     data |= {"outputs_dir": str(tmp_path / "outputs"), "simulated": False}
@@ -161,7 +162,8 @@ def test_the_local_demo_releases_nothing_degenerate(served, tmp_path):
     for r in rows:
         for answer in (r["pair"]["chosen"], r["pair"]["rejected"]):
             assert why(side(answer), Settings()) == [], answer
-            assert len(set(answer.splitlines())) == len(answer.splitlines()), answer
+            said = [x for x in answer.splitlines() if x.strip()]  # blank lines part paragraphs
+            assert len(set(said)) == len(said), answer
 
 
 def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import build
+from conftest import build, write_config
 
 sys.path.insert(0, str(Path(__file__).parent / "real_model"))
 from record import RECORDINGS, config_for, file_hashes, fixture_path, read_fixture  # noqa: E402
@@ -44,13 +44,14 @@ def test_a_real_model_build_replays_offline_to_the_recorded_release(name, tmp_pa
     outputs = tmp_path / "outputs"
     cache = ResponseCache(outputs / "cache.sqlite")
     cache.add_rows(fixture["responses"])
+    cache.add_failure_rows(fixture["failures"])  # answers cut off at max_tokens, and the like
     cache.close()
     config = config_for(name, outputs)
     alias = fixture["models"]["generator"]
     result = build(config, **local.overrides(DEAD, alias, fixture["weights_sha256"]),
-                   model__max_retries=0)  # fmt: skip
+                   model__replay=True)  # fmt: skip
     release = Path(result["release_dir"])
-    assert sum(u["calls"] for u in result["usage"].values()) == 0  # every answer recorded
+    assert sum(u["calls"] for u in result["usage"].values()) == 0  # nothing was sent
     manifest = json.loads((release / "manifest.json").read_text())
     assert manifest["funnel"] == fixture["funnel"]
     assert manifest["validity"] == fixture["validity"]
@@ -65,3 +66,33 @@ def test_a_changed_prompt_names_the_command_that_records_again():
     changed = dict(fixture["prompts"]) | {"chosen": "chosen@0+000000000000"}
     assert stale_prompts(changed) == ["chosen"]
     assert stale_prompts(fixture["prompts"]) == []
+
+
+def test_a_replay_answers_from_the_cache_and_fails_as_the_recording_did(tmp_path, sim_factory):
+    """`model.replay`: a build rebuilt offline from its response cache, the requests that
+    failed (here: answers cut off at max_tokens, with no retry) failing the same way, gives
+    the recorded release with no request sent; a request never recorded stops the run."""
+    from pipeline.errors import PrbError
+    from pipeline.store import sha256_file
+
+    url = sim_factory(rate_malformed=0.2, seed=5)  # cut off at max_tokens
+    config = write_config(tmp_path / "rec", url, personas={"per_category": 3},
+                          model={"max_retries": 0})  # fmt: skip
+    recorded = build(config)
+    failures = sum(sum(u["failures"].values()) for u in recorded["usage"].values())
+    assert failures > 0
+    replay = write_config(tmp_path / "rec", "http://127.0.0.1:9/v1", personas={"per_category": 3},
+                          model={"max_retries": 0, "replay": True})  # fmt: skip
+    again = build(replay, run_id="replayed")
+    assert sum(u["calls"] for u in again["usage"].values()) == 0
+    assert again["funnel"] == recorded["funnel"]
+
+    def data(result) -> list[str]:
+        release = Path(result["release_dir"])
+        return [sha256_file(p) for p in sorted(release.glob("*/*.parquet"))]
+
+    assert data(again) == data(recorded)
+    stale = write_config(tmp_path / "stale", "http://127.0.0.1:9/v1",
+                         model={"replay": True})  # an empty cache: nothing recorded  # fmt: skip
+    with pytest.raises(PrbError, match="model.replay: no recorded answer"):
+        build(stale)

@@ -75,3 +75,4 @@ def test_an_answer_that_is_all_reasoning_is_unparseable():
 
     with pytest.raises(Unparseable):
         parse_output(content, None)
+

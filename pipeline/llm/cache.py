@@ -25,6 +25,11 @@ CREATE TABLE IF NOT EXISTS responses (
     usage TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS responses_task ON responses(task);
+CREATE TABLE IF NOT EXISTS failures (
+    key TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL
+);
 """
 
 
@@ -80,6 +85,19 @@ class ResponseCache:
         with self._lock:
             self._db.execute("DELETE FROM responses WHERE key = ?", (key,))
 
+    def put_failure(self, key: str, kind: str, detail: str) -> None:
+        """How a request last failed after its retries (cut off, unparseable, endpoint error):
+        not an answer (a resume asks again), but what a replay (`model.replay`) reproduces."""
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO failures VALUES (?, ?, ?)",
+                             (key, kind, detail))  # fmt: skip
+
+    def failure(self, key: str) -> tuple[str, str] | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT kind, detail FROM failures WHERE key = ?", (key,)).fetchone()  # fmt: skip
+        return None if row is None else (row[0], row[1])
+
     def lookup(self, key: str) -> dict | None:
         """The full entry (request and raw answer), for `prb show`."""
         with self._lock:
@@ -111,6 +129,16 @@ class ResponseCache:
         for r in rows:
             self.put(r["key"], task=r["task"], model=r["model"], request=r["request"],
                      content=r["content"], usage=r["usage"])  # fmt: skip
+
+    def failure_rows(self) -> list[dict]:
+        with self._lock:
+            found = self._db.execute(
+                "SELECT key, kind, detail FROM failures ORDER BY key").fetchall()  # fmt: skip
+        return [{"key": k, "kind": t, "detail": d} for k, t, d in found]
+
+    def add_failure_rows(self, rows: list[dict]) -> None:
+        for r in rows:
+            self.put_failure(r["key"], r["kind"], r["detail"])
 
     def count(self, task: str | None = None) -> int:
         with self._lock:

@@ -178,6 +178,8 @@ class LLM:
         if hit is not None:
             return hit
 
+        if self.cfg.replay:  # offline: the recorded answer or failure, never a request
+            return self._replayed(prompt, key, usage)
         pending = self._inflight.get(key)
         if pending is not None:  # the same request is already on its way: pay for it once
             usage.cache_hits += 1
@@ -187,6 +189,18 @@ class LLM:
         self._inflight[key] = pending
         pending.add_done_callback(self._settled(key))
         return await asyncio.shield(pending)
+
+    def _replayed(self, prompt: Prompt, key: str, usage: StageUsage) -> CallResult:
+        """`model.replay`: a request the cache has no answer for failed the recorded way; one
+        it never saw stops the run (the recording is stale)."""
+        failed = self.cache.failure(key)
+        if failed is None:
+            raise PermanentLLMError("replay", f"model.replay: no recorded answer or failure for "
+                                    f"a {prompt.task} request in {self.cache.path}: the "
+                                    "recording is stale, record it again")  # fmt: skip
+        kind, detail = failed
+        usage.failures[kind] += 1
+        raise LLMError(kind, detail)
 
     def _cached(self, prompt: Prompt, key: str, usage: StageUsage) -> CallResult | None:
         hit = self.cache.get(key)
@@ -319,6 +333,10 @@ class LLM:
                 progress.warn(said)
                 raise LLMError("endpoint_error", said) from None
 
+        def failed(kind: str, detail: str) -> LLMError:
+            self.cache.put_failure(key, kind, detail)  # what a replay of this run reproduces
+            return LLMError(kind, detail)
+
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception()
             usage.retries[getattr(exc, "cause", type(exc).__name__)] += 1
@@ -346,15 +364,15 @@ class LLM:
             if e.kind == "bad_request":
                 # this request only (too long a prompt, a value the server rejects): drop its
                 # record with the server's words; the next record may well be fine
-                raise LLMError("bad_request", f"HTTP {e.status}: {e.detail}") from None
-            raise LLMError("endpoint_error", e.detail) from None
+                raise failed("bad_request", f"HTTP {e.status}: {e.detail}") from None
+            raise failed("endpoint_error", e.detail) from None
         except LLMError as e:
             usage.failures[e.kind] += 1
-            raise
+            raise failed(e.kind, e.detail) from None
         except Unparseable as e:
             kind = "cut_off" if isinstance(e, CutOff) else "unparseable"
             usage.failures[kind] += 1
-            raise LLMError(kind, str(e)) from None
+            raise failed(kind, str(e)) from None
         raise AssertionError("unreachable")
 
     async def context_window(self, model: str) -> int | None:

@@ -5,7 +5,8 @@
 
 Runs `prb demo --local --config <its config>` on the real local model (the 1.5B by default:
 `make demo-local` installs it) into a fresh outputs folder, then writes
-`tests/real_model/NAME.json.gz`: every response the build used (its response cache), and what
+`tests/real_model/NAME.json.gz`: every response the build used (its response cache, with the
+requests that failed: cut off, unparseable), and what
 the replay test holds it to — the prompt refs, the release's file hashes, its funnel, its
 probe figures and the judge's qualification. `tests/test_real_replay.py` rebuilds the release
 offline from the fixture, with no model running. Takes what the build takes (hours for the
@@ -95,7 +96,7 @@ def main() -> None:
         manifest = json.loads((release / "manifest.json").read_text())
         stats = json.loads((outputs / run_id / "run_stats.json").read_text())
         cache = ResponseCache(outputs / "cache.sqlite")
-        rows = cache.rows()
+        rows, failures = cache.rows(), cache.failure_rows()
         cache.close()
     data = {
         "name": name, "config": RECORDINGS[name], "run_id": run_id,
@@ -105,6 +106,7 @@ def main() -> None:
         "files": file_hashes(release), "funnel": manifest["funnel"],
         "validity": manifest["validity"], "judge_qualification": manifest["judge_qualification"],
         "usage": stats["usage"], "wall_s": round(wall), "responses": rows,
+        "failures": failures,
     }  # fmt: skip
     write_fixture(fixture_path(name), data)
     size = fixture_path(name).stat().st_size
