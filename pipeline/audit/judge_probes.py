@@ -126,13 +126,18 @@ def counterfactual(answers: list[dict]) -> Probe:
     favoured = [a for a in decided if advantage(a["true_ab"], a["true_ba"]) > 1.0]
     survives = [advantage(a["contrast_ab"], a["contrast_ba"]) >= advantage(a["true_ab"],
                 a["true_ba"]) for a in favoured]  # fmt: skip
+    return survival("judge, counterfactual: survives the swap", about, survives)
+
+
+def survival(name: str, about: str, survives: list[bool]) -> Probe:
+    """The share of favoured pairs whose advantage survives the swap: a leak when its lower
+    end is above 0.5 (most preferences do not depend on who the user is)."""
     if not survives:
-        return Probe("judge, counterfactual: survives the swap", None, None, None, 0, about,
-                     kind="share")  # fmt: skip
+        return Probe(name, None, None, None, 0, about, kind="share")
     k, n = sum(survives), len(survives)
     lo, hi = wilson(k, n)
-    return Probe("judge, counterfactual: survives the swap", k / n, float(lo), float(hi), n,
-                 about, leak=float(lo) > 0.5, kind="share")  # fmt: skip
+    return Probe(name, k / n, float(lo), float(hi), n, about, leak=float(lo) > 0.5,
+                 kind="share")  # fmt: skip
 
 
 async def position_free(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
@@ -178,15 +183,8 @@ async def position_free(rows: list[dict], llm, model: str, seed: int = 0) -> lis
              "whose margin is as large under a contrasting user's (not personal)")  # fmt: skip
     favoured = [m for m in margins if m.get("true") is not None and m["true"] > 0
                 and m.get("contrast") is not None]  # fmt: skip
-    survives = [m["contrast"] >= m["true"] for m in favoured]
-    if survives:
-        k, n = sum(survives), len(survives)
-        lo, hi = wilson(k, n)
-        swap = Probe("judge, counterfactual, position-free: survives the swap", k / n,
-                     float(lo), float(hi), n, about, leak=float(lo) > 0.5, kind="share")
-    else:
-        swap = Probe("judge, counterfactual, position-free: survives the swap", None, None,
-                     None, 0, about, kind="share")  # fmt: skip
+    swap = survival("judge, counterfactual, position-free: survives the swap", about,
+                    [m["contrast"] >= m["true"] for m in favoured])
     out = [found, blind_probe, swap]
     for p in out:
         p.family = "judge"

@@ -61,15 +61,14 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
     judge = ctx.cfg.model.judge
     on = [c for c in CHECKS if c.enabled(cfg)]  # an opt-in check switched off never runs
     shared = {c.name: c.prepare(pairs, cfg) for c in on if c.prepare}  # one pass over all
+    qualified = None if ctx.shard else await qualification(ctx, pairs)
+    # filters.judges qualified: no verdict of a judge that did not qualify
+    weak = cfg.judges == "qualified" and not (read_qualification(ctx.run_dir) or {}).get("passed")
+    unjudged = [c.name for c in on if c.cost] if weak else []
+    on = [c for c in on if c.name not in unjudged]
     # evaluate_all asks every judge at once; otherwise every model-free check first (they cost
     # nothing), then one judge check at a time, cheapest first (in batch mode all judges in one
     # round: a round costs a job's turnaround there, and a call saved is not worth a day)
-    qualified = None if ctx.shard else await qualification(ctx, pairs)
-    unjudged = [c.name for c in on if c.cost]
-    if cfg.judges == "qualified" and not (read_qualification(ctx.run_dir) or {}).get("passed"):
-        on = [c for c in on if not c.cost]  # no verdict of a judge that did not qualify
-    else:
-        unjudged = []
     free = [c for c in by_cost() if not c.cost and c in on]
     judges = [c for c in by_cost() if c.cost and c in on]
     record_only = cfg.mode == "record"  # every check on every pair, nothing dropped
