@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -190,8 +191,6 @@ class YesNoOutput(Record):
     def p_yes(self) -> float | None:
         """P(yes) / (P(yes) + P(no)) over the listed tokens (any case, spaces stripped); None
         if neither word is among them."""
-        import math
-
         mass = {"yes": 0.0, "no": 0.0}
         for t in self.top_logprobs:
             word = t.token.strip().lower()
