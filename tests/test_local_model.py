@@ -218,7 +218,7 @@ def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():
         taken.listen()
         busy = taken.getsockname()[1]
         done = subprocess.run([sys.executable, "-m", "pipeline.cli", "local-model", "serve",
-                               "--port", str(busy)], capture_output=True, text=True,
+                               "--model", "smollm2-135m", "--port", str(busy)], capture_output=True, text=True,
                               timeout=60, env=prefect_env())  # fmt: skip
     assert done.returncode == 8 and f"127.0.0.1:{busy} is in use" in done.stderr
     assert "serving" not in done.stdout
