@@ -50,6 +50,7 @@ demo-local: $(QWEN)
 
 test: $(FULL) $(LOCAL)
 	$(VENV)/bin/ruff check pipeline tests bench
+	$(VENV)/bin/ruff format --check pipeline tests bench
 	$(VENV)/bin/pytest -q
 
 lint: $(FULL)

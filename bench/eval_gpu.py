@@ -22,13 +22,31 @@ import time
 from pathlib import Path
 
 SHAPES = {  # Llama 3.2 1B and Llama 3.1 8B shapes; tiny for CPU
-    "tiny": dict(hidden_size=64, intermediate_size=172, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=4, vocab_size=8192),
-    "1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-               num_attention_heads=32, num_key_value_heads=8, vocab_size=128256),
-    "8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-               num_attention_heads=32, num_key_value_heads=8, vocab_size=128256),
-}  # fmt: skip
+    "tiny": dict(
+        hidden_size=64,
+        intermediate_size=172,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        vocab_size=8192,
+    ),
+    "1b": dict(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+    ),
+    "8b": dict(
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        vocab_size=128256,
+    ),
+}
 PEAK_TFLOPS = {"bf16": 989.0, "fp32": 67.0}  # H100/H200 SXM dense; other GPUs: pass --peak
 
 
@@ -39,10 +57,12 @@ def make_model(shape: str, folder: Path, vocab: list[str]) -> None:
 
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]",
-                                                pad_token="[PAD]")  # fmt: skip
-    config = transformers.LlamaConfig(**SHAPES[shape], num_labels=1, pad_token_id=0,
-                                      max_position_embeddings=4096)  # fmt: skip
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]"
+    )
+    config = transformers.LlamaConfig(
+        **SHAPES[shape], num_labels=1, pad_token_id=0, max_position_embeddings=4096
+    )
     torch.manual_seed(0)
     with torch.device("cuda" if torch.cuda.is_available() else "cpu"):
         model = transformers.LlamaForSequenceClassification(config).to(torch.bfloat16)
@@ -74,9 +94,15 @@ def one(folder: str, dtype: str, pairs: int, words: int, budget: int) -> dict:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
     tokens = sum(rm._length(q) for q in queries)
-    out = {"dtype": dtype, "pairs_per_s": pairs / seconds, "seconds": seconds, "tokens": tokens,
-           "weights_gb": rm.net.get_memory_footprint() / 1e9, "device": rm.device,
-           "tflops": 2 * (params - embed) * tokens / seconds / 1e12}  # fmt: skip
+    out = {
+        "dtype": dtype,
+        "pairs_per_s": pairs / seconds,
+        "seconds": seconds,
+        "tokens": tokens,
+        "weights_gb": rm.net.get_memory_footprint() / 1e9,
+        "device": rm.device,
+        "tflops": 2 * (params - embed) * tokens / seconds / 1e12,
+    }
     if gpu:
         out["peak_gb"] = torch.cuda.max_memory_allocated() / 1e9
     else:
@@ -98,12 +124,25 @@ def main() -> None:
         return
     folder = Path(tempfile.mkdtemp(prefix="prb-eval-gpu-"))
     make_model(args.shape, folder, ["[PAD]", "[UNK]", *(f"w{i}" for i in range(2, 4000))])
-    print(f"shape {args.shape}, {args.pairs} pairs of ~{args.words}-word answers, "
-          f"max_batch_tokens {args.max_batch_tokens}")  # fmt: skip
+    print(
+        f"shape {args.shape}, {args.pairs} pairs of ~{args.words}-word answers, "
+        f"max_batch_tokens {args.max_batch_tokens}"
+    )
     found = {}
     for dtype in ("bf16", "fp32"):
-        cmd = [sys.executable, __file__, "--one", str(folder), dtype, "--pairs", str(args.pairs),
-               "--words", str(args.words), "--max-batch-tokens", str(args.max_batch_tokens)]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--one",
+            str(folder),
+            dtype,
+            "--pairs",
+            str(args.pairs),
+            "--words",
+            str(args.words),
+            "--max-batch-tokens",
+            str(args.max_batch_tokens),
+        ]
         run = subprocess.run(cmd, capture_output=True, text=True)
         if run.returncode:
             print(f"{dtype}: failed: {run.stderr.strip().splitlines()[-1]}")
@@ -111,14 +150,18 @@ def main() -> None:
         r = found[dtype] = json.loads(run.stdout.strip().splitlines()[-1])
         peak = {"bf16": args.peak or PEAK_TFLOPS["bf16"], "fp32": PEAK_TFLOPS["fp32"]}[dtype]
         roof = f"{r['tflops'] / peak:.1%} of {peak:g} TFLOP/s" if r["device"] != "cpu" else "n/a"
-        print(f"{dtype}: {r['pairs_per_s']:.1f} pairs/s on {r['device']} ({r['tokens']} tokens "
-              f"in {r['seconds']:.1f} s, {r['tflops']:.2f} TFLOP/s, roofline {roof}); peak "
-              f"{r['peak_gb']:.2f} GB, weights {r['weights_gb']:.3f} GB")  # fmt: skip
+        print(
+            f"{dtype}: {r['pairs_per_s']:.1f} pairs/s on {r['device']} ({r['tokens']} tokens "
+            f"in {r['seconds']:.1f} s, {r['tflops']:.2f} TFLOP/s, roofline {roof}); peak "
+            f"{r['peak_gb']:.2f} GB, weights {r['weights_gb']:.3f} GB"
+        )
     if len(found) == 2:
         b, f = found["bf16"], found["fp32"]
-        print(f"bf16 / fp32: peak memory {b['peak_gb'] / f['peak_gb']:.2f}, weights "
-              f"{b['weights_gb'] / f['weights_gb']:.2f}, speed "
-              f"{b['pairs_per_s'] / f['pairs_per_s']:.2f}")  # fmt: skip
+        print(
+            f"bf16 / fp32: peak memory {b['peak_gb'] / f['peak_gb']:.2f}, weights "
+            f"{b['weights_gb'] / f['weights_gb']:.2f}, speed "
+            f"{b['pairs_per_s'] / f['pairs_per_s']:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -35,8 +35,11 @@ def measure(result: dict) -> dict:
     judged = [r for r in records if r.calls]
     per_pair = sum(len(r.calls) for r in judged) / len(judged) if judged else 0.0
     degraded = [r for r in records if r.pair.rejected == DEGRADED]
-    looped = [r for r in records if len(r.pair.rejected.splitlines()) == 6
-              and len(set(r.pair.rejected.splitlines())) == 1]  # fmt: skip
+    looped = [
+        r
+        for r in records
+        if len(r.pair.rejected.splitlines()) == 6 and len(set(r.pair.rejected.splitlines())) == 1
+    ]
     return {
         "pairs": len(records),
         "by_check": Counter(x for r in floored for x in r.reasons if x in FLOOR),
@@ -66,15 +69,17 @@ def main() -> None:
             with running(**options) as url:
                 folder = tmp / "".join(c if c.isalnum() else "_" for c in name)
                 found = measure(build(folder, url, False, TODAY))
-            print(f"== {name}: {found['pairs']} pairs judged by the floor; it dropped "
-                  f"{found['floored']} ({dict(found['by_check'])}; a pair may have several "
-                  f"reasons), {found['floored_with_calls']} of them after a judge call; planted "
-                  f"bad answers {found['planted']}, dropped by the floor "
-                  f"{found['planted_dropped_by_floor']}, by any model-free check (no judge call) "
-                  f"{found['planted_dropped_before_judges']}; judge calls saved "
-                  f"~{found['calls_saved']} ({found['judge_calls_per_judged_pair']} per judged "
-                  "pair); released "
-                  f"{found['released']}")  # fmt: skip
+            print(
+                f"== {name}: {found['pairs']} pairs judged by the floor; it dropped "
+                f"{found['floored']} ({dict(found['by_check'])}; a pair may have several "
+                f"reasons), {found['floored_with_calls']} of them after a judge call; planted "
+                f"bad answers {found['planted']}, dropped by the floor "
+                f"{found['planted_dropped_by_floor']}, by any model-free check (no judge call) "
+                f"{found['planted_dropped_before_judges']}; judge calls saved "
+                f"~{found['calls_saved']} ({found['judge_calls_per_judged_pair']} per judged "
+                "pair); released "
+                f"{found['released']}"
+            )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,11 @@ def measure(name: str, cfg: Path) -> dict:
     proc = subprocess.run([prb, "build", "--config", str(cfg)], capture_output=True, text=True)
     run_dir = cfg.parent / "outputs" / "demo"
     stats = json.loads((run_dir / "run_stats.json").read_text())["usage"]
-    ids = sorted(r["id"] for f in (run_dir / "release").glob("*/*.parquet")
-                 for r in pq.read_table(f, columns=["id"]).to_pylist())  # fmt: skip
+    ids = sorted(
+        r["id"]
+        for f in (run_dir / "release").glob("*/*.parquet")
+        for r in pq.read_table(f, columns=["id"]).to_pylist()
+    )
     f = stats.get("filters", {})
     calls, tokens = f.get("calls", 0), f.get("prompt_tokens", 0) + f.get("completion_tokens", 0)
     released = max(1, len(ids))

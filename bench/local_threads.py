@@ -45,8 +45,9 @@ def busy_core(on: bool):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default=local.DEFAULT)
-    ap.add_argument("--threads", nargs="*", default=["1/1", "2/2", "1/2"],
-                    help="generation/prompt threads")
+    ap.add_argument(
+        "--threads", nargs="*", default=["1/1", "2/2", "1/2"], help="generation/prompt threads"
+    )
     args = ap.parse_args()
     print(f"{'gen/prompt threads':>18} {'machine':>8} {'prompt tok/s':>13} {'gen tok/s':>10}")
     for pair in args.threads:
@@ -55,8 +56,11 @@ def main() -> None:
             for busy in (False, True):
                 with busy_core(busy), tempfile.TemporaryDirectory() as tmp:
                     got = asyncio.run(speed(base, alias, Path(tmp)))
-                print(f"{pair:>18} {'busy' if busy else 'quiet':>8} {got['prompt']:>13} "
-                      f"{got['generation']:>10}", flush=True)
+                print(
+                    f"{pair:>18} {'busy' if busy else 'quiet':>8} {got['prompt']:>13} "
+                    f"{got['generation']:>10}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -30,14 +30,18 @@ def main() -> None:
     once = time.perf_counter() - start
     found = null_test(rows, observed, args.copies)
     took = time.perf_counter() - start - once
-    print(f"{len(rows)} pairs, {args.copies} copies; binomial sd {binomial:.4f}; probes "
-          f"{once:.1f} s once, null test {took:.0f} s ({took / once:.1f}x)")  # fmt: skip
+    print(
+        f"{len(rows)} pairs, {args.copies} copies; binomial sd {binomial:.4f}; probes "
+        f"{once:.1f} s once, null test {took:.0f} s ({took / once:.1f}x)"
+    )
     print("| probe | observed | p | null mean | null sd | sd / binomial | excluding 0.5 |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for q in found["probes"]:
-        print(f"| {q['name']} | {q['observed']:.3f} | {q['p']:.3f} | {q['mean']:.3f} | "
-              f"{q['sd']:.4f} | {q['sd'] / binomial:.2f} | {q['excluded']}/{q['runs']}"
-              f"{' narrow' if q['narrow'] else ''} |")  # fmt: skip
+        print(
+            f"| {q['name']} | {q['observed']:.3f} | {q['p']:.3f} | {q['mean']:.3f} | "
+            f"{q['sd']:.4f} | {q['sd'] / binomial:.2f} | {q['excluded']}/{q['runs']}"
+            f"{' narrow' if q['narrow'] else ''} |"
+        )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,9 @@ def main() -> None:
     with running() as url, tempfile.TemporaryDirectory() as tmp:
 
         async def judged(rs: list[dict]):
-            llm = LLM(ModelConfig(base_url=url, concurrency=32),
-                      ResponseCache(Path(tmp) / "cache.sqlite"))  # fmt: skip
+            llm = LLM(
+                ModelConfig(base_url=url, concurrency=32), ResponseCache(Path(tmp) / "cache.sqlite")
+            )
             try:
                 return await judge_probes.position_free(rs, llm, "prb-sim-1")
             finally:
@@ -47,8 +48,10 @@ def main() -> None:
     for name, probes in found.items():
         values = [p.value for p in probes if p.value is not None]
         off = sum(p.low is not None and (p.low > 0.5 or p.high < 0.5) for p in probes)
-        print(f"{name}: n={len(rows)} mean {statistics.mean(values):.3f} sd "
-              f"{statistics.pstdev(values):.3f}; intervals excluding 0.5: {off}/{len(probes)}")
+        print(
+            f"{name}: n={len(rows)} mean {statistics.mean(values):.3f} sd "
+            f"{statistics.pstdev(values):.3f}; intervals excluding 0.5: {off}/{len(probes)}"
+        )
 
 
 if __name__ == "__main__":

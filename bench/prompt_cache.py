@@ -25,8 +25,11 @@ from _prefect import isolate, prefect_server  # bench/ is on sys.path when run a
 
 REPO = Path(__file__).resolve().parent.parent
 PRICE = {"input_per_1m": 0.15, "cached_input_per_1m": 0.075, "output_per_1m": 0.60}
-RULES = {"openai (>=1024, blocks of 128)": (1024, 128),
-         "short prefix (>=64, blocks of 64)": (64, 64), "no prompt cache": (0, 128)}  # fmt: skip
+RULES = {
+    "openai (>=1024, blocks of 128)": (1024, 128),
+    "short prefix (>=64, blocks of 64)": (64, 64),
+    "no prompt cache": (0, 128),
+}
 
 
 def config(folder: Path, url: str) -> Path:
@@ -62,13 +65,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="prb-prompt-cache-") as tmp:
         isolate(Path(tmp))
         with prefect_server():
-            print(f"{'provider cache rule':36} {'pairs':>5} {'tokens/pair':>11} {'cached':>7} "
-                  f"{'USD/pair':>10}")  # fmt: skip
+            print(
+                f"{'provider cache rule':36} {'pairs':>5} {'tokens/pair':>11} {'cached':>7} "
+                f"{'USD/pair':>10}"
+            )
             for i, (name, (least, block)) in enumerate(RULES.items()):
                 with running(cache_min_tokens=least, cache_block=block) as url:
                     r = measure(config(Path(tmp) / str(i), url))
-                print(f"{name:36} {r['released']:5d} {r['tokens_per_pair']:11.1f} "
-                      f"{r['cached_share']:7.1%} {r['cost_per_pair']:10.6f}")  # fmt: skip
+                print(
+                    f"{name:36} {r['released']:5d} {r['tokens_per_pair']:11.1f} "
+                    f"{r['cached_share']:7.1%} {r['cost_per_pair']:10.6f}"
+                )
 
 
 if __name__ == "__main__":

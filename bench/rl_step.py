@@ -33,23 +33,33 @@ def main() -> None:
     ap.add_argument("--generations", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=64)
     a = ap.parse_args()
-    rows = [r for f in sorted((REPO / "personas" / "lamp-qa").glob("*_test.json"))
-            for r in json.loads(f.read_text())]  # fmt: skip
+    rows = [
+        r
+        for f in sorted((REPO / "personas" / "lamp-qa").glob("*_test.json"))
+        for r in json.loads(f.read_text())
+    ]
     texts = [r["question"] for r in rows] + [p["text"] for r in rows for p in r["profile"]]
     with tempfile.TemporaryDirectory() as tmp, running() as base_url:
         policy = build_tiny_policy(Path(tmp) / "policy", texts)
-        rl = {"steps": a.steps, "batch_size": a.batch, "num_generations": a.generations,
-              "max_new_tokens": a.tokens}  # fmt: skip
-        cfg = load_config(REPO / "configs" / "demo.yaml", outputs_dir=tmp,
-                          model__base_url=base_url, rl=rl)  # fmt: skip
+        rl = {
+            "steps": a.steps,
+            "batch_size": a.batch,
+            "num_generations": a.generations,
+            "max_new_tokens": a.tokens,
+        }
+        cfg = load_config(
+            REPO / "configs" / "demo.yaml", outputs_dir=tmp, model__base_url=base_url, rl=rl
+        )
         figures = {}
         for spec in ("length", "judge"):
             with Background(spec, cfg) as url:
                 _, stats = train(policy, url, rows, cfg.rl, Path(tmp) / spec)
             figures[spec] = stats
-            print(f"{spec:7s} {stats['steps']} steps: {stats['seconds_per_step']:.3f} s/step "
-                  f"(first step {stats['first_step_seconds']:.3f} s), reward "
-                  f"{stats['reward_first']:.2f} -> {stats['reward_last']:.2f}")  # fmt: skip
+            print(
+                f"{spec:7s} {stats['steps']} steps: {stats['seconds_per_step']:.3f} s/step "
+                f"(first step {stats['first_step_seconds']:.3f} s), reward "
+                f"{stats['reward_first']:.2f} -> {stats['reward_last']:.2f}"
+            )
         ratio = figures["judge"]["seconds_per_step"] / figures["length"]["seconds_per_step"]
         print(
             f"judge/length step time: {ratio:.2f}x ({a.batch} completions of up to "

@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def synthesise(per_category: int, folder: Path) -> Path:
-    from pipeline.personas import load_personas
+    from pipeline.personas.files import load_personas
 
     library = sorted(load_personas(["personas/library"]), key=lambda p: p.persona_id)
     folder.mkdir(parents=True, exist_ok=True)

@@ -66,21 +66,31 @@ def measure(result: dict) -> dict:
     funnel = json.loads((run_dir / "funnel.json").read_text())
     rewritten = sum(n for row in funnel for n in row.get("changed", {}).values())
     n = max(1, len(rows))
-    return {"pairs": len(rows), "made": len(filters), "gate_dropped": gated,
-            "rewritten": rewritten,
-            "calls_per_pair": calls / n, "tokens_per_pair": tokens / n,
-            "seconds": result["seconds"], "summary": summary}  # fmt: skip
+    return {
+        "pairs": len(rows),
+        "made": len(filters),
+        "gate_dropped": gated,
+        "rewritten": rewritten,
+        "calls_per_pair": calls / n,
+        "tokens_per_pair": tokens / n,
+        "seconds": result["seconds"],
+        "summary": summary,
+    }
 
 
 def show(name: str, m: dict) -> None:
     s = m["summary"]
-    print(f"\n== {name}: {m['pairs']} released of {m['made']} pairs made; gate dropped "
-          f"{m['gate_dropped']} ({m['gate_dropped'] / max(1, m['made']):.1%}), rewrote "
-          f"{m['rewritten']} ({m['rewritten'] / max(1, m['made']):.1%}); "
-          f"{m['calls_per_pair']:.2f} calls and {m['tokens_per_pair']:.0f} tokens per released "
-          f"pair; built in {m['seconds']:.0f} s")  # fmt: skip
-    print(f"   verdict: {s['verdict']}  leaks: {s['leaks']}  easy: {s['easy_by']}  "
-          f"judge flags: {s['judge_flags']}")  # fmt: skip
+    print(
+        f"\n== {name}: {m['pairs']} released of {m['made']} pairs made; gate dropped "
+        f"{m['gate_dropped']} ({m['gate_dropped'] / max(1, m['made']):.1%}), rewrote "
+        f"{m['rewritten']} ({m['rewritten'] / max(1, m['made']):.1%}); "
+        f"{m['calls_per_pair']:.2f} calls and {m['tokens_per_pair']:.0f} tokens per released "
+        f"pair; built in {m['seconds']:.0f} s"
+    )
+    print(
+        f"   verdict: {s['verdict']}  leaks: {s['leaks']}  easy: {s['easy_by']}  "
+        f"judge flags: {s['judge_flags']}"
+    )
     for fam in s["families"]:
         for p in fam["probes"]:
             v = "n/a" if p["value"] is None else f"{p['value']:.3f}"
@@ -94,8 +104,12 @@ def main() -> None:
     ap.add_argument("--strategies", help="comma-separated rejected strategies to try")
     ap.add_argument("--baseline", action="store_true", help="add today's construction")
     ap.add_argument("--out", type=Path, help="keep the builds here (default: a temp folder)")
-    ap.add_argument("--leaky-rate", type=float, default=0.2,
-                    help="the artifact simulator's share of careless rejected answers")
+    ap.add_argument(
+        "--leaky-rate",
+        type=float,
+        default=0.2,
+        help="the artifact simulator's share of careless rejected answers",
+    )
     args = ap.parse_args()
     strategies = args.strategies.split(",") if args.strategies else None
     tmp = args.out or Path(tempfile.mkdtemp(prefix="prb-validity-"))

@@ -248,8 +248,10 @@ class RLConfig(Section):
     @model_validator(mode="after")
     def _groups(self) -> RLConfig:
         if self.batch_size % self.num_generations:
-            raise ValueError(f"rl.batch_size {self.batch_size} must be a multiple of "
-                             f"rl.num_generations {self.num_generations}")  # fmt: skip
+            raise ValueError(
+                f"rl.batch_size {self.batch_size} must be a multiple of "
+                f"rl.num_generations {self.num_generations}"
+            )
         return self
 
 
@@ -314,14 +316,28 @@ class RunConfig(Section):
 
 # Settings that change how a build runs, never what it produces (dotted paths).
 EXECUTION_ONLY = (
-    "run_id", "outputs_dir", "batch", "model.api_key", "model.base_url", "model.concurrency",
-    "model.max_retries", "model.timeout_s", "model.backoff_initial_s", "model.backoff_max_s",
-    "model.requests_per_minute", "model.tokens_per_minute", "model.rate_limits_from_headers",
+    "run_id",
+    "outputs_dir",
+    "batch",
+    "model.api_key",
+    "model.base_url",
+    "model.concurrency",
+    "model.max_retries",
+    "model.timeout_s",
+    "model.backoff_initial_s",
+    "model.backoff_max_s",
+    "model.requests_per_minute",
+    "model.tokens_per_minute",
+    "model.rate_limits_from_headers",
     # a local model is recorded by its id and weights hash
-    "model.local", "model.local_threads", "model.local_batch_threads", "model.replay",
+    "model.local",
+    "model.local_threads",
+    "model.local_batch_threads",
+    "model.replay",
     "model.context_window",  # the build's judges cut nothing: an overlong prompt fails either way
-    "rl", "qualification.accept_weak_judge",  # the rates are recorded either way
-)  # fmt: skip
+    "rl",
+    "qualification.accept_weak_judge",  # the rates are recorded either way
+)
 # Sections whose stages are recomputed on every build (verdicts from imported labels, release
 # files, prices): changing them between a run and its resumption mixes nothing.
 RECOMPUTED = ("annotation", "release", "cost")
@@ -382,11 +398,14 @@ def load_config(path: str | Path | None = None, **overrides: object) -> RunConfi
         except yaml.YAMLError as e:
             raise ConfigError(f"{path}: malformed YAML: {e}") from e
         if data is None:
-            raise ConfigError(f"{path}: the config file is empty: a run config is a YAML mapping "
-                              "(start from configs/default.yaml)")  # fmt: skip
+            raise ConfigError(
+                f"{path}: the config file is empty: a run config is a YAML mapping "
+                "(start from configs/default.yaml)"
+            )
         if not isinstance(data, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping, not a "
-                              f"{type(data).__name__}")  # fmt: skip
+            raise ConfigError(
+                f"{path}: the top level must be a mapping, not a {type(data).__name__}"
+            )
     for env, (section, key) in ENV_OVERRIDES.items():
         if os.environ.get(env):
             data.setdefault(section, {})[key] = os.environ[env]

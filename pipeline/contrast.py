@@ -50,15 +50,22 @@ def partners(users: dict[str, User]) -> dict[str, User]:
     by_key: dict[str, User] = {}
     for u in users.values():
         by_key.setdefault(u.key, u)
-    ranked = sorted((_similarity(a, b), a.key, b.key) for a in by_key.values()
-                     for b in by_key.values() if a.key < b.key and a.category == b.category)
+    ranked = sorted(
+        (_similarity(a, b), a.key, b.key)
+        for a in by_key.values()
+        for b in by_key.values()
+        if a.key < b.key and a.category == b.category
+    )
     mate: dict[str, User] = {}
     for _, a, b in ranked:
         if a not in mate and b not in mate:
             mate[a], mate[b] = by_key[b], by_key[a]
     best = contrasts(users)
-    return {item: mate.get(u.key) or best[item] for item, u in users.items()
-            if u.key in mate or item in best}  # fmt: skip
+    return {
+        item: mate.get(u.key) or best[item]
+        for item, u in users.items()
+        if u.key in mate or item in best
+    }
 
 
 def contrasts(users: dict[str, User]) -> dict[str, User]:

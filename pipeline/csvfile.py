@@ -55,8 +55,11 @@ def read(text: str) -> tuple[list[str], list[tuple[int, dict[str, str]]]]:
     does not start a row). Cells are restored (see `neutralise`)."""
     reader = csv.reader(io.StringIO(text, newline=""))
     names = [restore(h) for h in next(reader, [])]
-    found = [(n, dict(zip(names, map(restore, record), strict=False)))
-             for n, record in enumerate(reader, start=2) if any(record)]  # fmt: skip
+    found = [
+        (n, dict(zip(names, map(restore, record), strict=False)))
+        for n, record in enumerate(reader, start=2)
+        if any(record)
+    ]
     return names, found
 
 

@@ -73,8 +73,12 @@ class Terminated(BaseException):
 DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 
 
-DISK_FULL_WORDS = ("No space left on device", "File too large", "Disk quota exceeded",
-                   "database or disk is full")  # fmt: skip
+DISK_FULL_WORDS = (
+    "No space left on device",
+    "File too large",
+    "Disk quota exceeded",
+    "database or disk is full",
+)
 
 
 def is_disk_full(exc: BaseException) -> bool:

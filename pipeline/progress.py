@@ -93,20 +93,22 @@ class Progress:
             u = usage.get(name, {})
             elapsed = (s.finished or now) - s.started
             cost = self.price(name, u) if (self.price and u) else None
-            out.append({
-                "stage": name,
-                "records": f"{s.before + s.done}/{s.total if s.total is not None else '?'}",
-                "calls": u.get("calls", 0),
-                "rate": u.get("calls", 0) / elapsed if elapsed > 0 else 0.0,
-                "cache_hits": u.get("cache_hits", 0),
-                "retries": dict(u.get("retries", {})),
-                "drops": dict(s.drops),
-                "tokens": u.get("prompt_tokens", 0) + u.get("completion_tokens", 0),
-                "cost": cost,
-                "elapsed": elapsed,
-                "eta": s.eta(now, self.call_interval),
-                "finished": s.finished is not None,
-            })  # fmt: skip
+            out.append(
+                {
+                    "stage": name,
+                    "records": f"{s.before + s.done}/{s.total if s.total is not None else '?'}",
+                    "calls": u.get("calls", 0),
+                    "rate": u.get("calls", 0) / elapsed if elapsed > 0 else 0.0,
+                    "cache_hits": u.get("cache_hits", 0),
+                    "retries": dict(u.get("retries", {})),
+                    "drops": dict(s.drops),
+                    "tokens": u.get("prompt_tokens", 0) + u.get("completion_tokens", 0),
+                    "cost": cost,
+                    "elapsed": elapsed,
+                    "eta": s.eta(now, self.call_interval),
+                    "finished": s.finished is not None,
+                }
+            )
         return out
 
     def line(self) -> str:
@@ -137,16 +139,34 @@ class Progress:
 
     def table(self) -> Group:
         t = Table(title=f"prb · {_clock(time.monotonic() - self.started)} elapsed", expand=False)
-        for col in ("stage", "records", "calls", "calls/s", "cache hits", "retries", "dropped",
-                    "tokens", "cost", "elapsed", "ETA"):  # fmt: skip
+        for col in (
+            "stage",
+            "records",
+            "calls",
+            "calls/s",
+            "cache hits",
+            "retries",
+            "dropped",
+            "tokens",
+            "cost",
+            "elapsed",
+            "ETA",
+        ):
             t.add_column(col, justify="left" if col in ("stage", "retries", "dropped") else "right")
         for r in self.rows():
             t.add_row(
-                r["stage"], r["records"], str(r["calls"]), f"{r['rate']:.1f}",
-                str(r["cache_hits"]), _counts(r["retries"]) or "-", _counts(r["drops"]) or "-",
-                f"{r['tokens']:,}", _money(r["cost"]) if r["cost"] is not None else "-",
-                _clock(r["elapsed"]), "done" if r["finished"] else _clock(r["eta"]),
-            )  # fmt: skip
+                r["stage"],
+                r["records"],
+                str(r["calls"]),
+                f"{r['rate']:.1f}",
+                str(r["cache_hits"]),
+                _counts(r["retries"]) or "-",
+                _counts(r["drops"]) or "-",
+                f"{r['tokens']:,}",
+                _money(r["cost"]) if r["cost"] is not None else "-",
+                _clock(r["elapsed"]),
+                "done" if r["finished"] else _clock(r["eta"]),
+            )
         parts: list = [t]
         for b, s in self.batches.items():
             parts.append(Text(f"batch {b}: {_batch(b, s)}"))
@@ -196,8 +216,7 @@ def warn(message: str) -> None:
         logging.getLogger("prb").warning(message)
     elif message not in _active.warned and _active.console is not None:
         _active.warned.add(message)
-        _active.console.print(f"warning: {message}", markup=False, highlight=False,
-                              soft_wrap=True)  # fmt: skip
+        _active.console.print(f"warning: {message}", markup=False, highlight=False, soft_wrap=True)
 
 
 def limited(seconds_per_call: float) -> None:

@@ -82,28 +82,45 @@ def items(pairs, n: int, sound=lambda _: True) -> list[dict]:
     out = []
     for i, (question, pid, text) in enumerate(answers[:n]):
         other = answers[(i + 1) % len(answers)][2]
-        bad = {"truncated": truncated(text), "shuffled": shuffled(text),
-               "off_question": other, "degenerate": degenerate(text)}  # fmt: skip
-        out += [{"pair_id": pid, "kind": kind, "question": question, "sound": text,
-                 "corrupt": bad[kind]} for kind in KINDS
-                if bad[kind] and bad[kind].strip() != text.strip()]  # fmt: skip
+        bad = {
+            "truncated": truncated(text),
+            "shuffled": shuffled(text),
+            "off_question": other,
+            "degenerate": degenerate(text),
+        }
+        out += [
+            {
+                "pair_id": pid,
+                "kind": kind,
+                "question": question,
+                "sound": text,
+                "corrupt": bad[kind],
+            }
+            for kind in KINDS
+            if bad[kind] and bad[kind].strip() != text.strip()
+        ]
     return out
 
 
 def share(hits: list[bool]) -> dict:
     k, n = sum(hits), len(hits)
     lo, hi = wilson(k, n) if n else (None, None)
-    return {"k": k, "n": n, "value": round(k / n, 4) if n else None,
-            "low": None if lo is None else round(lo, 4),
-            "high": None if hi is None else round(hi, 4)}  # fmt: skip
+    return {
+        "k": k,
+        "n": n,
+        "value": round(k / n, 4) if n else None,
+        "low": None if lo is None else round(lo, 4),
+        "high": None if hi is None else round(hi, 4),
+    }
 
 
 def rates(verdicts: list[tuple[str | None, str | None]]) -> dict:
     """verdicts: per item, (verdict with the sound answer as A, verdict with it as B); None: the
     call failed, and counts in neither rate."""
     picks = [v == good for ab, ba in verdicts for v, good in ((ab, "A"), (ba, "B")) if v]
-    same = [(ab, ba) in {("A", "B"), ("B", "A"), ("tie", "tie")}
-            for ab, ba in verdicts if ab and ba]  # fmt: skip
+    same = [
+        (ab, ba) in {("A", "B"), ("B", "A"), ("tie", "tie")} for ab, ba in verdicts if ab and ba
+    ]
     return {"prefers_sound": share(picks), "consistent": share(same)}
 
 
@@ -116,8 +133,12 @@ async def position_free(ctx, todo: list[dict], judge: str) -> dict:
 
     async def p_yes(question: str, answer: str) -> float | None:
         try:
-            result = await ctx.llm.call(prompt, stage="filters", model=judge, variables={
-                "question": question, "answer": answer, "user_context": ""})  # fmt: skip
+            result = await ctx.llm.call(
+                prompt,
+                stage="filters",
+                model=judge,
+                variables={"question": question, "answer": answer, "user_context": ""},
+            )
         except PermanentLLMError:
             raise
         except LLMError:
@@ -125,17 +146,23 @@ async def position_free(ctx, todo: list[dict], judge: str) -> dict:
         keys.append(result.key)
         return result.value.p_yes
 
-    texts = list(dict.fromkeys(
-        (i["question"], a) for i in todo for a in (i["sound"], i["corrupt"])))  # fmt: skip
+    texts = list(
+        dict.fromkeys((i["question"], a) for i in todo for a in (i["sound"], i["corrupt"]))
+    )
     got = dict(zip(texts, await asyncio.gather(*(p_yes(q, a) for q, a in texts)), strict=True))
 
     def picks(items: list[dict]) -> list[bool]:
-        pairs = [(got[(i["question"], i["sound"])], got[(i["question"], i["corrupt"])])
-                 for i in items]  # fmt: skip
+        pairs = [
+            (got[(i["question"], i["sound"])], got[(i["question"], i["corrupt"])]) for i in items
+        ]
         return [s > c for s, c in pairs if s is not None and c is not None]
 
-    found = {"task": FIT_TASK, "calls": len(texts), "failed_calls": sum(
-        v is None for v in got.values()), "prefers_sound": share(picks(todo))}  # fmt: skip
+    found = {
+        "task": FIT_TASK,
+        "calls": len(texts),
+        "failed_calls": sum(v is None for v in got.values()),
+        "prefers_sound": share(picks(todo)),
+    }
     found["by_corruption"] = {k: share(picks([i for i in todo if i["kind"] == k])) for k in KINDS}
     value = found["prefers_sound"]["value"]
     found["passed"] = None if value is None else value >= ctx.cfg.qualification.min_prefers_sound
@@ -146,10 +173,12 @@ async def position_free(ctx, todo: list[dict], judge: str) -> dict:
 def line(found: dict) -> str:
     p, c = found["prefers_sound"], found["consistent"]
     t = found["thresholds"]
-    return (f"the judge {found['judge_model']} prefers the sound answer in {p['value']:.0%} of "
-            f"{p['n']} verdicts (needs {t['min_prefers_sound']:.0%}) and gives the same verdict "
-            f"in both orders on {c['value']:.0%} of {c['n']} items (needs "
-            f"{t['min_consistent']:.0%})")  # fmt: skip
+    return (
+        f"the judge {found['judge_model']} prefers the sound answer in {p['value']:.0%} of "
+        f"{p['n']} verdicts (needs {t['min_prefers_sound']:.0%}) and gives the same verdict "
+        f"in both orders on {c['value']:.0%} of {c['n']} items (needs "
+        f"{t['min_consistent']:.0%})"
+    )
 
 
 async def ask_all(ctx, todo: list[dict], judge: str) -> dict:
@@ -161,8 +190,12 @@ async def ask_all(ctx, todo: list[dict], judge: str) -> dict:
     async def ask(item: dict, sound_first: bool) -> str | None:
         a, b = (item["sound"], item["corrupt"]) if sound_first else (item["corrupt"], item["sound"])
         try:
-            result = await ctx.llm.call(prompt, stage="filters", model=judge, variables={
-                "question": item["question"], "answer_a": a, "answer_b": b})  # fmt: skip
+            result = await ctx.llm.call(
+                prompt,
+                stage="filters",
+                model=judge,
+                variables={"question": item["question"], "answer_a": a, "answer_b": b},
+            )
         except PermanentLLMError:
             raise
         except LLMError:  # a verdict that never came counts in neither rate
@@ -172,14 +205,21 @@ async def ask_all(ctx, todo: list[dict], judge: str) -> dict:
 
     answers = await asyncio.gather(*(ask(i, first) for i in todo for first in (True, False)))
     verdicts = list(zip(answers[::2], answers[1::2], strict=True))
-    found = {"judge_model": judge, "task": TASK, "answers": len({i["pair_id"] for i in todo}),
-             "items": len(todo), "calls": 2 * len(todo)} | rates(verdicts)  # fmt: skip
+    found = {
+        "judge_model": judge,
+        "task": TASK,
+        "answers": len({i["pair_id"] for i in todo}),
+        "items": len(todo),
+        "calls": 2 * len(todo),
+    } | rates(verdicts)
     found["by_corruption"] = {
         kind: rates([v for i, v in zip(todo, verdicts, strict=True) if i["kind"] == kind])
         for kind in KINDS
     }
-    found["thresholds"] = {"min_prefers_sound": cfg.min_prefers_sound,
-                           "min_consistent": cfg.min_consistent}  # fmt: skip
+    found["thresholds"] = {
+        "min_prefers_sound": cfg.min_prefers_sound,
+        "min_consistent": cfg.min_consistent,
+    }
     failed = sum(a is None for a in answers)
     found["failed_calls"] = failed
     if 2 * failed > len(answers) or not found["consistent"]["n"]:
@@ -187,8 +227,10 @@ async def ask_all(ctx, todo: list[dict], judge: str) -> dict:
         # same failures and say so; a resume asks again
         found["passed"] = None
     else:
-        found["passed"] = (found["prefers_sound"]["value"] >= cfg.min_prefers_sound
-                           and found["consistent"]["value"] >= cfg.min_consistent)  # fmt: skip
+        found["passed"] = (
+            found["prefers_sound"]["value"] >= cfg.min_prefers_sound
+            and found["consistent"]["value"] >= cfg.min_consistent
+        )
     found["keys"] = keys
     if cfg.position_free:
         found["position_free"] = await position_free(ctx, todo, judge)
@@ -208,11 +250,21 @@ async def qualify(ctx, pairs, sound=lambda _: True) -> dict | None:
         todo = items(pairs, cfg.answers, sound)
         # fewer than two sound answers (a weak generator's run: the floor drops nearly all)
         # leaves nothing to ask; said on the card, not taken as a pass
-        found = await ask_all(ctx, todo, judge) if todo else {
-            "judge_model": judge, "task": TASK, "answers": 0, "items": 0, "calls": 0,
-            "failed_calls": 0, "passed": None, "keys": [],
-            "why": "fewer than two answers of distinct questions were above the quality "
-                   "floor"}  # fmt: skip
+        found = (
+            await ask_all(ctx, todo, judge)
+            if todo
+            else {
+                "judge_model": judge,
+                "task": TASK,
+                "answers": 0,
+                "items": 0,
+                "calls": 0,
+                "failed_calls": 0,
+                "passed": None,
+                "keys": [],
+                "why": "fewer than two answers of distinct questions were above the quality floor",
+            }
+        )
     # else decided on an earlier try of this run (its settings are in the fingerprint): a
     # resume asks nothing again, and may now accept a weak judge
     skip = ctx.cfg.filters.judges == "qualified" and not found["passed"]
@@ -224,9 +276,11 @@ async def qualify(ctx, pairs, sound=lambda _: True) -> dict | None:
     with atomic_write(Path(ctx.run_dir) / FILE) as f:
         json.dump(found, f, indent=2)
     if found["passed"] is False and not cfg.accept_weak_judge and not skip:
-        raise WeakJudge(f"{line(found)}: use a stronger judge (model.judge), or pass "
-                        "--accept-weak-judge to build on with the release marked as judged "
-                        "by a weak judge")  # fmt: skip
+        raise WeakJudge(
+            f"{line(found)}: use a stronger judge (model.judge), or pass "
+            "--accept-weak-judge to build on with the release marked as judged "
+            "by a weak judge"
+        )
     return found
 
 

@@ -127,14 +127,17 @@ def _bound(n: int, **extra: object) -> dict:
 # minLength only in the schema (a grammar's bound, not validation: imported aspects may be
 # short): under v2 of the planner prompt Qwen2.5-1.5B closed the string after "tone"
 AspectText = Annotated[str, Field(min_length=1, **_bound(90, minLength=24))]
-Evidence = Annotated[str, Field(
-    min_length=1,
-    description="Profile item ids in square brackets, then a short quote.",
-    # Anchored both ends: llama.cpp's converter rejects anything else, and its server then
-    # falls back, silently, to unconstrained JSON. No `.`: in a grammar it matches `"`
-    # too, and the model closed the string early and wrote keys inside it.
-    **_bound(120, pattern=r'^\[[^\]"\\]{1,40}\] [^"\\]{1,100}$'),
-)]  # fmt: skip
+Evidence = Annotated[
+    str,
+    Field(
+        min_length=1,
+        description="Profile item ids in square brackets, then a short quote.",
+        # Anchored both ends: llama.cpp's converter rejects anything else, and its server then
+        # falls back, silently, to unconstrained JSON. No `.`: in a grammar it matches `"`
+        # too, and the model closed the string early and wrote keys inside it.
+        **_bound(120, pattern=r'^\[[^\]"\\]{1,40}\] [^"\\]{1,100}$'),
+    ),
+]
 Reason = Annotated[str, Field(min_length=1, **_bound(120))]
 
 

@@ -46,6 +46,7 @@ def serve(app, host: str, port: int, announce: Callable[[], None] | None = None)
     sock = bind(host, port)
     if announce is not None:
         announce()
-    config = uvicorn.Config(app, log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=GRACE_S)  # fmt: skip
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE_S
+    )
     uvicorn.Server(config).run(sockets=[sock])

@@ -33,8 +33,9 @@ def word_count(text: str) -> int:
     return len(_WORD.findall(text))
 
 
-def bootstrap(values, seed: int = 0, stat=np.mean, n_resamples: int = N_RESAMPLES
-              ) -> tuple[float, float]:  # fmt: skip
+def bootstrap(
+    values, seed: int = 0, stat=np.mean, n_resamples: int = N_RESAMPLES
+) -> tuple[float, float]:
     """Percentile-bootstrap 95% interval of `stat` over `values`; NaN for fewer than two."""
     arr = np.asarray(values, dtype=float)
     if len(arr) < 2:

@@ -17,19 +17,55 @@ from pathlib import Path
 import datasets
 
 QUESTIONS = [
-    ("How should I start learning the cello?", ["Rent an instrument before buying one",
-     "Book a few lessons to set up posture", "Practise open strings slowly every day"]),
-    ("How do I plan a first vegetable garden?", ["Pick the sunniest patch of the yard",
-     "Start with three easy crops", "Water deeply twice a week rather than daily"]),
-    ("How can I prepare for a half marathon?", ["Build weekly distance gradually",
-     "Keep most runs at an easy pace", "Taper during the final fortnight"]),
-    ("How do I begin writing a family history?", ["Interview the oldest relatives first",
-     "Scan photographs and label them", "Write one short chapter per ancestor"]),
-    ("What is a sensible way to learn to cook?", ["Master five basic dishes",
-     "Learn knife skills early", "Cook the same recipe until it feels easy"]),
-    ("How should I set up a home workshop?", ["Start with hand tools you will use weekly",
-     "Give every tool a fixed place", "Add dust extraction before power tools"]),
-]  # fmt: skip
+    (
+        "How should I start learning the cello?",
+        [
+            "Rent an instrument before buying one",
+            "Book a few lessons to set up posture",
+            "Practise open strings slowly every day",
+        ],
+    ),
+    (
+        "How do I plan a first vegetable garden?",
+        [
+            "Pick the sunniest patch of the yard",
+            "Start with three easy crops",
+            "Water deeply twice a week rather than daily",
+        ],
+    ),
+    (
+        "How can I prepare for a half marathon?",
+        [
+            "Build weekly distance gradually",
+            "Keep most runs at an easy pace",
+            "Taper during the final fortnight",
+        ],
+    ),
+    (
+        "How do I begin writing a family history?",
+        [
+            "Interview the oldest relatives first",
+            "Scan photographs and label them",
+            "Write one short chapter per ancestor",
+        ],
+    ),
+    (
+        "What is a sensible way to learn to cook?",
+        [
+            "Master five basic dishes",
+            "Learn knife skills early",
+            "Cook the same recipe until it feels easy",
+        ],
+    ),
+    (
+        "How should I set up a home workshop?",
+        [
+            "Start with hand tools you will use weekly",
+            "Give every tool a fixed place",
+            "Add dust extraction before power tools",
+        ],
+    ),
+]
 CATEGORIES = ["Art_and_Entertainment", "Lifestyle_and_Personal_Development"]
 
 PROFILES = {
@@ -68,14 +104,14 @@ def _row(uid: str, category: str, style: str, other: str, q: int, chosen: str, r
                 "category": category,
                 "text": "Weekends are the only time I get for projects.",
             },
-        ],  # fmt: skip
+        ],
         "rubric_aspects": [
             {
                 "aspect": f"Write for a {style} reader",
                 "evidence": f"[{uid}-p1]",
                 "reason": f"not {other}",
             }
-        ],  # fmt: skip
+        ],
         "narrative": f"The user wants a {style} answer.",
         "category": category,
         "chosen": chosen,
@@ -92,8 +128,11 @@ def controlled(couples: int = 8) -> list[dict]:
             points = QUESTIONS[q][1]
             for style, other in ((first, second), (second, first)):
                 uid = f"u{k}{style[:2]}"
-                rows.append(_row(uid, category, style, other, q, render(points, style),
-                                 render(points, other)))  # fmt: skip
+                rows.append(
+                    _row(
+                        uid, category, style, other, q, render(points, style), render(points, other)
+                    )
+                )
     return rows
 
 
@@ -104,8 +143,10 @@ def leaky(users: int = 16) -> list[dict]:
         category = CATEGORIES[k % 2]
         for q in range(k % 2, len(QUESTIONS), 2):
             a, b, c = QUESTIONS[q][1]
-            chosen = (f"Since you told me that {PROFILES[style][:40].lower()}, here is your "
-                      f"plan:\n- {a}.\n- {b}.\n- {c}.\nYou will do great!")  # fmt: skip
+            chosen = (
+                f"Since you told me that {PROFILES[style][:40].lower()}, here is your "
+                f"plan:\n- {a}.\n- {b}.\n- {c}.\nYou will do great!"
+            )
             rejected = f"Generally, it may depend. Perhaps {a.lower()}, possibly {b.lower()}."
             rows.append(_row(f"u{k}", category, style, "generic", q, chosen, rejected))
     return rows
@@ -120,8 +161,12 @@ def write_hub_layout(folder: Path, rows: list[dict]) -> Path:
         part = datasets.Dataset.from_list([r for r in rows if r["category"] == name])
         (folder / name).mkdir(exist_ok=True)
         part.to_parquet(str(folder / name / "test-00000-of-00001.parquet"))
-        card += [f"- config_name: {name}", "  data_files:", "  - split: test",
-                 f"    path: {name}/test-*"]  # fmt: skip
+        card += [
+            f"- config_name: {name}",
+            "  data_files:",
+            "  - split: test",
+            f"    path: {name}/test-*",
+        ]
     card += ["---", "", "# A test release in the public Personalized RewardBench layout", ""]
     (folder / "README.md").write_text("\n".join(card))
     return folder

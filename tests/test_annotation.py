@@ -545,8 +545,11 @@ def test_labels_of_another_run_are_refused(built, tmp_path):
         assert foreign in first and foreign in {i.item_id for i in key_a.items}
         assert not labels_path(runs["b"]).exists()
     # a tool that dropped the export id: the item ids alone still cannot match another export
-    rows = [r for f in write_labels(runs["a"], "csv", tmp_path / "a2", who={"ann-1": truthful})
-            for r in csv.DictReader(f.open())]  # fmt: skip
+    rows = [
+        r
+        for f in write_labels(runs["a"], "csv", tmp_path / "a2", who={"ann-1": truthful})
+        for r in csv.DictReader(f.open())
+    ]
     for r in rows:
         r["export_id"] = ""
     path = tmp_path / "stripped.csv"
@@ -615,7 +618,7 @@ def test_imports_started_together_all_count(run_copy, tmp_path):
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-        )  # fmt: skip
+        )
         for group in groups
     ]
     outs = [p.communicate(timeout=120)[0] for p in procs]

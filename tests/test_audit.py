@@ -86,8 +86,11 @@ def test_report_figures_match_the_run_files(clean_run):
     assert found["length_ratio"]["value"] == round(ratios[len(ratios) // 2], 4)
     # each check's figures come from its declaration: the quality judge's two sides
     quality = [r["checks"]["quality"] for r in records if r["checks"].get("quality")]
-    chosen = [sum(q["chosen"][c] for c in ("correctness", "relevance", "helpfulness")) / 3
-              for q in quality if q["chosen"] and q["rejected"]]  # fmt: skip
+    chosen = [
+        sum(q["chosen"][c] for c in ("correctness", "relevance", "helpfulness")) / 3
+        for q in quality
+        if q["chosen"] and q["rejected"]
+    ]
     assert found["quality"]["chosen"] == round(sum(chosen) / len(chosen), 4)
     strategies = {row["strategy"]: row["pairs"] for row in report["by_strategy"]}
     assert sum(strategies.values()) == len(records)
@@ -100,8 +103,11 @@ def test_warnings_when_quality_leaks(tmp_path, sim_factory):
     url = sim_factory(degrade_rate=1.0)
     with pytest.raises(NothingReleased, match="the filters stage passed on none of its 6 records"):
         # the auditing mode: every check on every pair, so the blind judge sees the leaks too
-        build(write_config(tmp_path, url, personas={"per_category": 2},
-                           filters={"evaluate_all": True}))  # fmt: skip
+        build(
+            write_config(
+                tmp_path, url, personas={"per_category": 2}, filters={"evaluate_all": True}
+            )
+        )
     run_dir = tmp_path / "outputs" / "demo"  # nothing released, every stage file written
     report = json.loads((write_report(run_dir) / "audit.json").read_text())
     text = "\n".join(report["warnings"])

@@ -19,19 +19,41 @@ from pipeline.llm.types import Request
 
 def test_a_json_task_goes_out_as_a_messages_body_with_its_schema():
     schema = {"type": "object", "properties": {"x": {"type": "string"}}}
-    req = Request("planner", "rubrics", "m", [{"role": "system", "content": "S"},
-                  {"role": "user", "content": "U"}], 0,
-                  {"temperature": 0.0, "max_tokens": 50, "response_format": {
-                      "type": "json_schema", "json_schema": {"name": "P", "schema": schema}}},
-                  "k")  # fmt: skip
-    assert body(req) == {"model": "m", "max_tokens": 50, "system": "S", "temperature": 0.0,
-                         "messages": [{"role": "user", "content": "U"}],
-                         "output_config": {"format": {"type": "json_schema",
-                                                      "schema": schema}}}  # fmt: skip
-    assert limit_headers({"anthropic-ratelimit-requests-limit": "50",
-                          "anthropic-ratelimit-tokens-remaining": "900", "retry-after": "3"}) == {
-        "x-ratelimit-limit-requests": "50", "x-ratelimit-remaining-tokens": "900",
-        "retry-after": "3"}  # fmt: skip
+    req = Request(
+        "planner",
+        "rubrics",
+        "m",
+        [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}],
+        0,
+        {
+            "temperature": 0.0,
+            "max_tokens": 50,
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {"name": "P", "schema": schema},
+            },
+        },
+        "k",
+    )
+    assert body(req) == {
+        "model": "m",
+        "max_tokens": 50,
+        "system": "S",
+        "temperature": 0.0,
+        "messages": [{"role": "user", "content": "U"}],
+        "output_config": {"format": {"type": "json_schema", "schema": schema}},
+    }
+    assert limit_headers(
+        {
+            "anthropic-ratelimit-requests-limit": "50",
+            "anthropic-ratelimit-tokens-remaining": "900",
+            "retry-after": "3",
+        }
+    ) == {
+        "x-ratelimit-limit-requests": "50",
+        "x-ratelimit-remaining-tokens": "900",
+        "retry-after": "3",
+    }
 
 
 def test_answers_faults_and_retries_over_the_messages_api(sim, tmp_path):  # noqa: F811
@@ -41,12 +63,16 @@ def test_answers_faults_and_retries_over_the_messages_api(sim, tmp_path):  # noq
     assert opts.stats["requests"] == len(got)  # one request per call, all via /v1/messages
     again, _ = ask_all(url, tmp_path, provider="anthropic")  # the same cache: no new request
     assert opts.stats["requests"] == len(got) and [a.content for a in again] == [
-        g.content for g in got]  # fmt: skip
+        g.content for g in got
+    ]
     opts.rate_429, opts.rate_malformed = 0.3, 0.2  # 429s and answers cut off at max_tokens
     got, llm = ask_all(url, tmp_path / "other", provider="anthropic")
     assert not [g for g in got if isinstance(g, BaseException)], got
-    retries = sum(u["retries"].get(k, 0) for u in llm.usage_dict().values()
-                  for k in ("RateLimitError", "CutOff"))  # fmt: skip
+    retries = sum(
+        u["retries"].get(k, 0)
+        for u in llm.usage_dict().values()
+        for k in ("RateLimitError", "CutOff")
+    )
     assert retries == opts.stats["fault_429"] + opts.stats["fault_malformed"] > 0
 
 
@@ -63,8 +89,9 @@ def test_a_bad_key_stops_and_a_long_prompt_drops_one_record(sim, tmp_path):  # n
 
 
 def test_a_build_over_anthropic_releases_and_records_what_answered(tmp_path, sim_url):
-    config = write_config(tmp_path, sim_url, personas={"per_category": 1},
-                          model={"provider": "anthropic"})  # fmt: skip
+    config = write_config(
+        tmp_path, sim_url, personas={"per_category": 1}, model={"provider": "anthropic"}
+    )
     result = build(config)
     manifest = json.loads((Path(result["release_dir"]) / "manifest.json").read_text())
     assert manifest["config"]["model"]["provider"] == "anthropic"

@@ -47,8 +47,11 @@ def test_batch_mode_builds_the_online_release_without_online_calls(tmp_path, sim
     assert seen["batches_created"] == 6
     calls = {stage: u["calls"] for stage, u in result["usage"].items()}
     q = json.loads((Path(result["run_dir"]) / "qualification.json").read_text())
-    assert calls == {"rubrics": 6, "pairs": 18,
-                     "filters": 6 * result["funnel"]["pairs"] + q["calls"]}  # fmt: skip
+    assert calls == {
+        "rubrics": 6,
+        "pairs": 18,
+        "filters": 6 * result["funnel"]["pairs"] + q["calls"],
+    }
     assert seen["batch_lines"] == sum(calls.values())
     assert parquet_bytes(result) == parquet_bytes(online)
     assert result["funnel"] == online["funnel"]

@@ -182,9 +182,13 @@ def test_prb_demo_moves_a_demo_from_another_version_aside_instead_of_failing(tmp
     def demo(seed: int) -> subprocess.CompletedProcess:
         text = config.read_text().replace("seed: 13", f"seed: {seed}")
         config.write_text(text)
-        return subprocess.run([sys.executable, "-m", "pipeline.cli", "demo", "--config",
-                               str(config)], capture_output=True, text=True, timeout=300,
-                              env=prefect_env())  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "demo", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=prefect_env(),
+        )
 
     assert demo(13).returncode == 0
     again = demo(14)  # other settings: resuming would mix results

@@ -32,9 +32,11 @@ def test_the_contrasting_user_conflicts_most_and_is_picked_the_same_way_every_ti
     assert picked["p4"].key in {"ann", "bob", "cid"}  # alone in its category: anyone else
     assert contrasts(dict(reversed(users.items()))) == picked
     # without levels (imported users): the least similar aspects
-    plain = {"x": user("u1", aspects="short bullet list for beginners"),
-             "y": user("u2", aspects="short bullet list for experts"),
-             "z": user("u3", aspects="long warm flowing prose")}  # fmt: skip
+    plain = {
+        "x": user("u1", aspects="short bullet list for beginners"),
+        "y": user("u2", aspects="short bullet list for experts"),
+        "z": user("u3", aspects="long warm flowing prose"),
+    }
     assert contrasts(plain)["x"].key == "u3"
 
 
@@ -43,9 +45,15 @@ def test_a_pair_is_personal_only_if_its_advantage_shrinks_under_the_contrast():
     assert advantage("A", "A") == 1.0 and advantage("tie", "B") == 1.5
 
     def r(t, c):
-        return Result(contrast_user="u", true_ab=t[0], true_ba=t[1], contrast_ab=c[0],
-                      contrast_ba=c[1], advantage_true=advantage(*t),
-                      advantage_contrast=advantage(*c))  # fmt: skip
+        return Result(
+            contrast_user="u",
+            true_ab=t[0],
+            true_ba=t[1],
+            contrast_ab=c[0],
+            contrast_ba=c[1],
+            advantage_true=advantage(*t),
+            advantage_contrast=advantage(*c),
+        )
 
     assert not_personal(r("AB", "AB"))  # chosen wins for anyone
     assert not not_personal(r("AB", "BA"))  # flips: personal
@@ -55,8 +63,12 @@ def test_a_pair_is_personal_only_if_its_advantage_shrinks_under_the_contrast():
 
 def test_on_a_degraded_simulator_every_unhelpful_rejected_answer_is_caught(sim_factory, tmp_path):
     url = sim_factory(degrade_rate=0.3)
-    config = write_config(tmp_path / "on", url, personas={"per_category": 4},
-                          filters={"counterfactual": True, "evaluate_all": True})  # fmt: skip
+    config = write_config(
+        tmp_path / "on",
+        url,
+        personas={"per_category": 4},
+        filters={"counterfactual": True, "evaluate_all": True},
+    )
     with contextlib.suppress(NothingReleased):  # the records are what matter here
         build(config)
     run_dir = tmp_path / "on" / "outputs" / "demo"
@@ -77,7 +89,8 @@ def test_on_a_degraded_simulator_every_unhelpful_rejected_answer_is_caught(sim_f
 def test_the_check_is_off_by_default_and_costs_nothing(sim_url, tmp_path):
     config = write_config(tmp_path, sim_url, personas={"per_category": 1})
     result = build(config)
-    records = [json.loads(x) for x in
-               (Path(result["run_dir"]) / "filters.jsonl").read_text().splitlines()]  # fmt: skip
+    records = [
+        json.loads(x) for x in (Path(result["run_dir"]) / "filters.jsonl").read_text().splitlines()
+    ]
     assert records and all("counterfactual" not in f["checks"] for f in records)
     assert not [k for f in records for k in f["calls"] if k.startswith("cf_")]

@@ -109,7 +109,7 @@ def test_random_and_overlap_baselines(tmp_path):
             "Glazing ceramics in a kiln works well.",
             "Paint on canvas instead.",
             profile=profile,
-        )  # fmt: skip
+        )
         for i in range(6)
     ]
     release = write_release(tmp_path / "release", rows)
@@ -182,8 +182,13 @@ def test_judges_use_the_profile_and_ask_both_orders(tmp_path, sim_url):
 
     async def go():
         llm = LLM(ModelConfig(base_url=sim_url), ResponseCache(tmp_path / "cache.sqlite"))
-        specs = ["judge", "judge:context=none", "judge:context=aspects", "judge-pair",
-                 "judge-pair:context=none"]  # fmt: skip
+        specs = [
+            "judge",
+            "judge:context=none",
+            "judge:context=aspects",
+            "judge-pair",
+            "judge-pair:context=none",
+        ]
         rms = [parse_spec(s, llm=llm, judge_model="prb-sim-1", context="profile") for s in specs]
         try:
             _, res = await evaluate(release, rms, n_resamples=200)
@@ -222,7 +227,7 @@ def test_cli_writes_leaderboard_plot_and_per_pair_json(tmp_path, sim_url):
             "judge:context=none",
             "--bootstrap",
             "200",
-        ],  # fmt: skip
+        ],
     )
     assert result.exit_code == 0, result.output
     assert "reward-model leaderboard" in result.output
@@ -268,11 +273,24 @@ def test_bon_from_file_and_from_the_generator(tmp_path, sim_url):
         "".join(
             json.dumps({"id": r["id"], "candidates": [generic, fitted, longest]}) + "\n"
             for r in rows
-        )  # fmt: skip
+        )
     )
     config = write_config(tmp_path, sim_url)
-    args = ["eval", "bon", release, "--config", str(config), "--bootstrap", "100", "--rm",
-            "length", "--rm", "judge", "--rm", "judge:context=none"]  # fmt: skip
+    args = [
+        "eval",
+        "bon",
+        release,
+        "--config",
+        str(config),
+        "--bootstrap",
+        "100",
+        "--rm",
+        "length",
+        "--rm",
+        "judge",
+        "--rm",
+        "judge:context=none",
+    ]
     result = CliRunner().invoke(app, [*args, "--candidates", str(cands)])
     assert result.exit_code == 0, result.output
     out = tmp_path / "run" / "eval" / "bon"
@@ -306,9 +324,17 @@ def test_a_judge_prompt_fits_the_endpoints_window_cutting_only_the_user_context(
     question and the answers always go in, nothing is refused, and the cut is counted."""
     url = sim_factory(context_limit=600)
     filler = "I write long posts about my week, my garden and the weather here. " * 4
-    rows = [dict(r, profile=r["profile"] + [
-        {"id": f"{r['id']}-f{k}", "category": r["category"], "text": filler} for k in range(60)])
-        for r in persona_rows()]  # fmt: skip
+    rows = [
+        dict(
+            r,
+            profile=r["profile"]
+            + [
+                {"id": f"{r['id']}-f{k}", "category": r["category"], "text": filler}
+                for k in range(60)
+            ],
+        )
+        for r in persona_rows()
+    ]
     assert len(user_context(rows[0], "profile").split()) > 2500
     release = write_release(tmp_path / "release", rows)
 
@@ -348,10 +374,14 @@ def public_prompts_folder(root):
     folder.mkdir(parents=True)
     (folder / "pairwise_system.txt").write_text(
         "Compare two responses to a question. Explain briefly, then end with 'Result: A' or "
-        "'Result: B'.\n", encoding="utf-8")  # fmt: skip
+        "'Result: B'.\n",
+        encoding="utf-8",
+    )
     (folder / "pairwise_user.txt").write_text(
         "Question:\n```\n{question}\n```\n\nFirst:\n```\n{Response_A}\n```\n\nSecond:\n```\n"
-        "{Response_B}\n```\n", encoding="utf-8")  # fmt: skip
+        "{Response_B}\n```\n",
+        encoding="utf-8",
+    )
     return folder.parent
 
 
@@ -374,18 +404,25 @@ def public_pairwise(url, folder, rows) -> dict[str, dict]:
         user = template.replace("{question}", r["question"]).replace("{Response_A}", a)
         user = user.replace("{Response_B}", b)
         reply = client.chat.completions.create(
-            model="prb-sim-1", temperature=0.0, max_tokens=512, seed=0,
+            model="prb-sim-1",
+            temperature=0.0,
+            max_tokens=512,
+            seed=0,
             messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
             extra_headers={"X-PRB-Task": "published_pairwise"},  # how the simulator is told
-        )  # fmt: skip
+        )
         text = reply.choices[0].message.content.strip().split("</think>")[-1].strip()
         text = text.replace('"', "").replace("*", "").strip()
         pred = None
         if "result:" in text.lower():
             rest = text.lower().split("result:")[1].strip()
             pred = "A" if rest.startswith("a") else "B" if rest.startswith("b") else None
-        out[r["id"]] = {"first": first, "pred": pred or "A", "failed": pred is None,
-                        "correct": (pred or "A") == ("A" if first else "B")}  # fmt: skip
+        out[r["id"]] = {
+            "first": first,
+            "pred": pred or "A",
+            "failed": pred is None,
+            "correct": (pred or "A") == ("A" if first else "B"),
+        }
     return out
 
 
@@ -396,8 +433,14 @@ def test_the_published_pairwise_judge_equals_the_public_scorer(tmp_path, sim_url
 
     async def go():
         llm = LLM(ModelConfig(base_url=sim_url), ResponseCache(tmp_path / "cache.sqlite"))
-        rm = parse_spec("judge-pair", llm=llm, judge_model="prb-sim-1", context="none",
-                        protocol="published", public_prompts=str(repo))  # fmt: skip
+        rm = parse_spec(
+            "judge-pair",
+            llm=llm,
+            judge_model="prb-sim-1",
+            context="none",
+            protocol="published",
+            public_prompts=str(repo),
+        )
         try:
             loaded, [res] = await evaluate(release, [rm], n_resamples=100)
         finally:
@@ -411,8 +454,9 @@ def test_the_published_pairwise_judge_equals_the_public_scorer(tmp_path, sim_url
         want = ref[p["id"]]
         assert (p["ab"] is not None) == want["first"] and (p["ba"] is None) == want["first"]
         assert (p["ab"] or p["ba"]) == want["pred"] and p["won"] == want["correct"]
-    assert res["metrics"]["accuracy"] == pytest.approx(np.mean([w["correct"] for w in
-                                                                ref.values()]))  # fmt: skip
+    assert res["metrics"]["accuracy"] == pytest.approx(
+        np.mean([w["correct"] for w in ref.values()])
+    )
     assert res["unparsed"] == sum(w["failed"] for w in ref.values()) > 0
     firsts = [w["first"] for w in ref.values()]
     assert 0 < sum(firsts) < len(firsts) and res["metrics"]["ties"] == 0
@@ -424,8 +468,20 @@ def test_cli_names_the_protocol_and_refuses_what_it_cannot_do(tmp_path, sim_url)
     config = write_config(tmp_path, sim_url)
     repo = public_prompts_folder(tmp_path)
     base = ["eval", release, "--config", str(config), "--bootstrap", "50"]
-    ok = CliRunner().invoke(app, [*base, "--protocol", "published", "--public-prompts", str(repo),
-                                  "--rm", "length", "--rm", "judge-pair"])  # fmt: skip
+    ok = CliRunner().invoke(
+        app,
+        [
+            *base,
+            "--protocol",
+            "published",
+            "--public-prompts",
+            str(repo),
+            "--rm",
+            "length",
+            "--rm",
+            "judge-pair",
+        ],
+    )
     assert ok.exit_code == 0, ok.output
     assert "protocol published, ties lose" in " ".join(ok.output.split())
     out = tmp_path / "run" / "eval"
@@ -440,19 +496,24 @@ def test_cli_names_the_protocol_and_refuses_what_it_cannot_do(tmp_path, sim_url)
     assert prb.exit_code == 0 and "protocol prb, ties lose" in " ".join(prb.output.split())
     assert "Protocol `prb`" in (out / "leaderboard.md").read_text()
     for extra, said in (
-        (["--context", "profile"], "--context profile: the published protocol gives the model "
-                                   "the question only"),
+        (
+            ["--context", "profile"],
+            "--context profile: the published protocol gives the model the question only",
+        ),
         (["--rm", "judge"], "the published protocol has no pointwise LLM judge"),
         (["--rm", "judge-pair"], "needs --public-prompts DIR"),
-        (["--rm", "judge-pair", "--public-prompts", str(tmp_path)],
-         "pairwise_system.txt: cannot read the public judge prompt (no such file)"),
-    ):  # fmt: skip
+        (
+            ["--rm", "judge-pair", "--public-prompts", str(tmp_path)],
+            "pairwise_system.txt: cannot read the public judge prompt (no such file)",
+        ),
+    ):
         bad = CliRunner().invoke(app, [*base, "--protocol", "published", *extra])
         assert bad.exit_code == 2 and said in " ".join(bad.output.split()), bad.output
         assert "Traceback" not in bad.output
     (repo / "prompts" / "pairwise_user.txt").write_text("Compare {question} and {Response_A}.")
-    bad = CliRunner().invoke(app, [*base, "--protocol", "published", "--public-prompts",
-                                   str(repo), "--rm", "judge-pair"])  # fmt: skip
+    bad = CliRunner().invoke(
+        app, [*base, "--protocol", "published", "--public-prompts", str(repo), "--rm", "judge-pair"]
+    )
     assert bad.exit_code == 2 and "pairwise_user.txt: no {Response_B} in the template" in " ".join(
         bad.output.split()
     )
@@ -471,9 +532,17 @@ def test_the_audit_and_eval_judges_follow_one_window_rule(tmp_path, sim_factory)
 
     url = sim_factory(context_limit=600)
     filler = "I write long posts about my week, my garden and the weather here. " * 4
-    rows = [dict(r, profile=r["profile"] + [
-        {"id": f"{r['id']}-f{k}", "category": r["category"], "text": filler} for k in range(60)])
-        for r in persona_rows(6)]  # fmt: skip
+    rows = [
+        dict(
+            r,
+            profile=r["profile"]
+            + [
+                {"id": f"{r['id']}-f{k}", "category": r["category"], "text": filler}
+                for k in range(60)
+            ],
+        )
+        for r in persona_rows(6)
+    ]
 
     async def audit():
         llm = LLM(ModelConfig(base_url=url), ResponseCache(tmp_path / "audit.sqlite"))
@@ -501,8 +570,9 @@ def test_the_audit_and_eval_judges_follow_one_window_rule(tmp_path, sim_factory)
         llm = LLM(ModelConfig(base_url=base_url, context_window=window), ResponseCache(cache))
         said = {"user_context": posts, "question": "How?", "answer": answer}
         try:
-            return await llm.call(pointwise, stage="eval", model="prb-sim-1", variables=said,
-                                  fit="user_context"), llm  # fmt: skip
+            return await llm.call(
+                pointwise, stage="eval", model="prb-sim-1", variables=said, fit="user_context"
+            ), llm
         finally:
             await llm.aclose()
 
@@ -528,8 +598,13 @@ def test_the_position_free_judge_probes_read_each_answer_alone(tmp_path, sim_url
     rows = persona_rows(12)
     for k, r in enumerate(rows):  # two kinds of user, so a contrast exists for each
         if k % 2:  # a blunt professional, and an answer in that style for them
-            r["profile"] = [{"id": f"u{k}-p1", "category": r["category"],
-                             "text": "I'm a professional, no fluff, get to the point."}]
+            r["profile"] = [
+                {
+                    "id": f"u{k}-p1",
+                    "category": r["category"],
+                    "text": "I'm a professional, no fluff, get to the point.",
+                }
+            ]
             r["chosen"] = f"Bottom line: do these things, and you can skip the rest. {POINTS}"
 
     async def audit():
@@ -542,8 +617,7 @@ def test_the_position_free_judge_probes_read_each_answer_alone(tmp_path, sim_url
     probes, llm = run(audit())
     by = {p.name: p for p in probes}
     aware = by["judge, persona-aware, position-free"]
-    assert aware.n == len(rows) and aware.value >= 0.75 and all(p.family == "judge"
-                                                                 for p in probes)  # fmt: skip
+    assert aware.n == len(rows) and aware.value >= 0.75 and all(p.family == "judge" for p in probes)
     # two answers under no profile, the user's and (where one exists) a contrasting user's
     assert 4 * len(rows) <= llm.usage["audit"].calls <= 6 * len(rows)
     assert not llm.usage["audit"].failures

@@ -24,8 +24,14 @@ def tiny_rm(tmp_path_factory):
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
 
     rows = length_rows() + persona_rows(4)
-    words = sorted({w for r in rows for k in ("question", "chosen", "rejected") for w in
-                    r[k].lower().replace(".", " ").replace(",", " ").split()})  # fmt: skip
+    words = sorted(
+        {
+            w
+            for r in rows
+            for k in ("question", "chosen", "rejected")
+            for w in r[k].lower().replace(".", " ").replace(",", " ").split()
+        }
+    )
     vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *words])}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -35,14 +41,22 @@ def tiny_rm(tmp_path_factory):
         special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
     )
     fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
         sep_token="[SEP]",
-    )  # fmt: skip
+    )
     torch.manual_seed(0)
     config = transformers.BertConfig(
-        vocab_size=len(vocab), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=128, num_labels=1,
-    )  # fmt: skip
+        vocab_size=len(vocab),
+        hidden_size=16,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=128,
+        num_labels=1,
+    )
     model = transformers.BertForSequenceClassification(config)
     path = tmp_path_factory.mktemp("tiny-rm")
     model.save_pretrained(path)
@@ -54,8 +68,9 @@ def test_hf_adapter_scores_in_batches_like_one_at_a_time(tiny_rm, tmp_path):
     from pipeline.eval.evaluate import evaluate
 
     path, rows = tiny_rm
-    batched = parse_spec(f"hf:{path},batch_size=8,device=cpu", llm=None, judge_model="",
-                         context="none")  # fmt: skip
+    batched = parse_spec(
+        f"hf:{path},batch_size=8,device=cpu", llm=None, judge_model="", context="none"
+    )
     single = parse_spec(f"hf:{path},batch_size=1", llm=None, judge_model="", context="none")
     assert (
         batched.device == "cpu" and batched.name == f"hf(batch_size=8,device=cpu,path={path})/none"
@@ -97,9 +112,20 @@ def test_a_long_profile_is_cut_never_the_answer(tiny_rm, tmp_path):
     from pipeline.eval.evaluate import evaluate
 
     path, rows = tiny_rm
-    long = [dict(r, profile=[{"id": f"{r['id']}-p{k}", "category": r["category"],
-                              "text": "I write long posts about my week and my garden. " * 6}
-                             for k in range(50)]) for r in rows]  # fmt: skip
+    long = [
+        dict(
+            r,
+            profile=[
+                {
+                    "id": f"{r['id']}-p{k}",
+                    "category": r["category"],
+                    "text": "I write long posts about my week and my garden. " * 6,
+                }
+                for k in range(50)
+            ],
+        )
+        for r in rows
+    ]
     assert len(" ".join(p["text"] for p in long[0]["profile"]).split()) > 2500
     rm = parse_spec(f"hf:{path},batch_size=4", llm=None, judge_model="", context="profile")
     scored, results = asyncio.run(evaluate(write_release(tmp_path / "rel", long), [rm], 50))
@@ -133,10 +159,15 @@ def tiny_value_head(tiny_rm, tmp_path_factory):
     tokenizer = transformers.AutoTokenizer.from_pretrained(bert_path)
     torch.manual_seed(1)
     config = transformers.LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=256,
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
         pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
+    )
     path = tmp_path_factory.mktemp("tiny-value-head")
     transformers.LlamaModel(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -172,8 +203,9 @@ def test_a_pairwise_ranker_reads_both_answers_in_both_orders(tiny_rm, tmp_path):
     assert ranker.pairwise and ranker.name == f"hf-pair(path={path})/none"
     r = rows[0]
     for a, b in ((r["chosen"], r["rejected"]), (r["rejected"], r["chosen"])):
-        enc = ranker.tokenizer(r["question"], f"Answer A: {a}\n\nAnswer B: {b}",
-                               return_tensors="pt")  # fmt: skip
+        enc = ranker.tokenizer(
+            r["question"], f"Answer A: {a}\n\nAnswer B: {b}", return_tensors="pt"
+        )
         with torch.inference_mode():
             logit = ranker.net(**enc).logits[0, 0].item()
         assert asyncio.run(ranker.prefer("", r["question"], a, b)) == ("A" if logit > 0 else "B")
@@ -223,10 +255,16 @@ def tiny_chat_rms(tiny_rm, tmp_path_factory):
     for labels in (1, 2):
         torch.manual_seed(labels)
         config = transformers.LlamaConfig(
-            vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-            num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
-            pad_token_id=tokenizer.pad_token_id, num_labels=labels,
-        )  # fmt: skip
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            pad_token_id=tokenizer.pad_token_id,
+            num_labels=labels,
+        )
         path = tmp_path_factory.mktemp(f"tiny-chat-rm-{labels}")
         transformers.LlamaForSequenceClassification(config).save_pretrained(path)
         tokenizer.save_pretrained(path)
@@ -252,15 +290,22 @@ def public_pointwise(path, rows, dtype) -> dict[str, dict[str, float]]:
         ]
         for i in range(0, len(entries), 8):
             batch = entries[i : i + 8]
-            texts = [tok.apply_chat_template([{"role": "user", "content": q},
-                                              {"role": "assistant", "content": a}], tokenize=False)
-                     for _, _, q, a in batch]  # fmt: skip
+            texts = [
+                tok.apply_chat_template(
+                    [{"role": "user", "content": q}, {"role": "assistant", "content": a}],
+                    tokenize=False,
+                )
+                for _, _, q, a in batch
+            ]
             enc = tok(texts, return_tensors="pt", padding=True, truncation=True, max_length=8192)
             with torch.no_grad():
                 logits = model(**enc).logits
             for j, (rid, label, _, _) in enumerate(batch):
-                score = (logits[j, 0].item() if logits.shape[-1] == 1
-                         else torch.softmax(logits[j], dim=-1)[-1].item())  # fmt: skip
+                score = (
+                    logits[j, 0].item()
+                    if logits.shape[-1] == 1
+                    else torch.softmax(logits[j], dim=-1)[-1].item()
+                )
                 scores.setdefault(rid, {})[label] = score
     return scores
 
@@ -286,8 +331,13 @@ def test_the_published_protocol_equals_the_public_pointwise_scorer(tiny_chat_rms
     release = write_release(tmp_path / "release", rows)
     for labels, dtype in ((1, None), (2, "fp32")):
         path = paths[labels]
-        rm = parse_spec(f"hf:{path}" + (f",dtype={dtype}" if dtype else ""), llm=None,
-                        judge_model="", context="none", protocol="published")  # fmt: skip
+        rm = parse_spec(
+            f"hf:{path}" + (f",dtype={dtype}" if dtype else ""),
+            llm=None,
+            judge_model="",
+            context="none",
+            protocol="published",
+        )
         assert rm.net.dtype == (torch.bfloat16 if dtype is None else torch.float32)
         loaded, [result] = asyncio.run(evaluate(release, [rm], n_resamples=50))
         ref = public_pointwise(path, loaded, torch.bfloat16 if dtype is None else torch.float32)

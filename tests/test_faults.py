@@ -150,8 +150,12 @@ def test_retry_after_is_honoured_and_its_absence_backs_off(tmp_path):
         request = httpx.Request("POST", "http://x/v1/chat/completions")
         response = httpx.Response(429, headers=headers, request=request)
         # as the OpenAI backend hands a 429 to the call path
-        exc = classify(openai.RateLimitError("rate limited", response=response, body=None), cfg,
-                       permanent=PERMANENT, bad_request=BAD_REQUEST)  # fmt: skip
+        exc = classify(
+            openai.RateLimitError("rate limited", response=response, body=None),
+            cfg,
+            permanent=PERMANENT,
+            bad_request=BAD_REQUEST,
+        )
         state = RetryCallState(None, None, (), {})
         state.attempt_number = 1
         state.set_exception((type(exc), exc, None))
@@ -209,8 +213,14 @@ def test_faulty_build_releases_the_clean_pairs_and_counts_retries_outside_the_ma
     small = {"per_category": 2}
     clean = build(write_config(tmp_path / "clean", sim_url, personas=small))
     opts.rate_429 = opts.rate_500 = 0.08
-    for name in ("rate_502", "rate_reset", "rate_truncated", "rate_non_json", "rate_wrong_schema",
-                 "rate_malformed"):  # fmt: skip
+    for name in (
+        "rate_502",
+        "rate_reset",
+        "rate_truncated",
+        "rate_non_json",
+        "rate_wrong_schema",
+        "rate_malformed",
+    ):
         setattr(opts, name, 0.05)
     retry_fast = {"max_retries": 15, "backoff_initial_s": 0.01, "backoff_max_s": 0.02}
     config = write_config(tmp_path / "faulty", url, personas=small, model=retry_fast)

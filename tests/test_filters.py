@@ -91,8 +91,12 @@ def test_answers_differing_in_quality_are_dropped_for_it(degraded_run):
 def test_pairs_the_blind_judge_separates_are_flagged(degraded_run, degraded_url):
     tmp, _ = degraded_run
     # loosen the quality, length and relevance bars so that only the blind judge can catch it
-    loose = {"min_quality": 1, "max_quality_gap": 5, "min_length_ratio": 0.05,
-             "drop_off_question": False}  # fmt: skip
+    loose = {
+        "min_quality": 1,
+        "max_quality_gap": 5,
+        "min_length_ratio": 0.05,
+        "drop_off_question": False,
+    }
     for drop in (True, False):
         config = write_config(
             tmp / f"blind-{drop}",
@@ -211,8 +215,11 @@ def test_an_answer_repeating_the_prompts_markup_is_dropped():
     from pipeline.records import Pair, Persona, Task
 
     def measured(chosen: str, rejected: str) -> text_sanity.Result:
-        task = Task.model_construct(question="How do I warm up my voice?", profile_ids=None,
-                                    persona=Persona.model_construct(profile=[]))  # fmt: skip
+        task = Task.model_construct(
+            question="How do I warm up my voice?",
+            profile_ids=None,
+            persona=Persona.model_construct(profile=[]),
+        )
         pair = Pair.model_construct(chosen=chosen, rejected=rejected, task=task)
         return text_sanity.CHECK.measure(pair, {}, None)
 
@@ -224,8 +231,12 @@ def test_an_answer_repeating_the_prompts_markup_is_dropped():
     assert decide({**GOOD, "text_sanity": echo}, FilterConfig(drop_bad_text=False)) == []
     assert not measured("Use a <b>bold</b> heading and a list.", "x").chosen.residue
     assert not measured("Use a list:\n<b>bold</b> is fine\n- and so is this", "x").chosen.residue
-    for residue in ("Hum softly.<|im_end|>", "Hello {{ name }}", "[INST] Warm up [/INST]",
-                    "<answer>\n1. Hum softly\n</response>"):  # fmt: skip
+    for residue in (
+        "Hum softly.<|im_end|>",
+        "Hello {{ name }}",
+        "[INST] Warm up [/INST]",
+        "<answer>\n1. Hum softly\n</response>",
+    ):
         assert measured(residue, "x").chosen.residue
 
 

@@ -31,13 +31,17 @@ def test_degenerate_answers_are_named_and_sound_prose_is_not():
         assert why(side(row["chosen"]), cfg) == [] and why(side(row["rejected"]), cfg) == []
 
 
-def test_planted_degenerate_answers_are_all_dropped_with_no_judge_call(tmp_path, sim_factory,
-                                                                        sim_url):  # fmt: skip
+def test_planted_degenerate_answers_are_all_dropped_with_no_judge_call(
+    tmp_path, sim_factory, sim_url
+):
     url = sim_factory(degenerate_rate=0.3)
     result = build(write_config(tmp_path / "bad", url, personas={"per_category": 4}))
     records = list(StageFile(Path(result["run_dir"]), "filters", FilterRecord).read())
-    planted = [r for r in records if len(set(r.pair.rejected.splitlines())) == 1
-               and len(r.pair.rejected.splitlines()) == 6]  # fmt: skip
+    planted = [
+        r
+        for r in records
+        if len(set(r.pair.rejected.splitlines())) == 1 and len(r.pair.rejected.splitlines()) == 6
+    ]
     assert planted and len(planted) < len(records)
     for r in planted:
         assert "degenerate" in r.reasons and not r.kept
@@ -51,20 +55,28 @@ def test_planted_degenerate_answers_are_all_dropped_with_no_judge_call(tmp_path,
 QUESTION = "How should I start learning watercolor painting as a retired engineer?"
 POST = "I retired from the railway bureau last year and joined a group that paints the harbour."
 ASPECT = "Tie the advice to the user's own retirement and their harbour painting group"
-KEY_POINTS = ["Buy a small student set of watercolor paints and two round brushes first",
-              "Practice washes and gradients for ten minutes every day before any picture"]
-SOUND = ("Since your harbour group meets weekly, bring a small watercolor set and two round "
-         "brushes; practice washes for ten minutes a day at home, and ask the group which "
-         "paper they like. Your engineer's patience with tolerances will help with layering.")
+KEY_POINTS = [
+    "Buy a small student set of watercolor paints and two round brushes first",
+    "Practice washes and gradients for ten minutes every day before any picture",
+]
+SOUND = (
+    "Since your harbour group meets weekly, bring a small watercolor set and two round "
+    "brushes; practice washes for ten minutes a day at home, and ask the group which "
+    "paper they like. Your engineer's patience with tolerances will help with layering."
+)
 
 
 def pair(chosen: str, rejected: str = SOUND, question: str = QUESTION) -> Pair:
     persona = Persona.model_construct(profile=[ProfileItem(id="p1", category="x", text=POST)])
     task = Task.model_construct(question=question, persona=persona, profile_ids=None)
     return Pair.model_construct(
-        task=task, chosen=chosen, rejected=rejected, key_points=KEY_POINTS, narrative="",
+        task=task,
+        chosen=chosen,
+        rejected=rejected,
+        key_points=KEY_POINTS,
+        narrative="",
         rubric_aspects=[RubricAspect.model_construct(aspect=ASPECT, evidence="[p1] 'joined'")],
-    )  # fmt: skip
+    )
 
 
 def floor_reasons(p: Pair, pairs: list[Pair] | None = None) -> list[str]:
@@ -100,8 +112,10 @@ def test_broken_encoding_and_another_language_are_bad_text():
     assert text_sanity.measure(pair(mojibake), None, None).chosen.encoding
     assert floor_reasons(pair(mojibake)) == ["bad_text"]
     assert floor_reasons(pair(SOUND.replace("a day", "a day \ufffd"))) == ["bad_text"]
-    german = ("Kaufen Sie zuerst einen kleinen Aquarellkasten und zwei runde Pinsel, und üben "
-              "Sie jeden Tag zehn Minuten lang Lasuren, bevor Sie ein ganzes Bild malen.")
+    german = (
+        "Kaufen Sie zuerst einen kleinen Aquarellkasten und zwei runde Pinsel, und üben "
+        "Sie jeden Tag zehn Minuten lang Lasuren, bevor Sie ein ganzes Bild malen."
+    )
     found = text_sanity.measure(pair(german), None, None)
     assert (found.chosen.language, found.question_language) == ("de", "en")
     assert floor_reasons(pair(german))[:1] == ["bad_text"]  # (and off its English question)
@@ -109,9 +123,11 @@ def test_broken_encoding_and_another_language_are_bad_text():
 
 def test_an_answer_off_its_question_is_dropped():
     other = "What is a cheap way to keep a small vegetable garden watered during summer heat?"
-    garden = ("Start with a soaker hose on a timer along the vegetable rows, mulch the beds "
-              "with straw, and water the garden early in the morning so little is lost to the "
-              "summer heat.")
+    garden = (
+        "Start with a soaker hose on a timer along the vegetable rows, mulch the beds "
+        "with straw, and water the garden early in the morning so little is lost to the "
+        "summer heat."
+    )
     pairs = [pair(SOUND), pair(garden, question=other)]
     assert floor_reasons(pair(DEGRADED), pairs) == ["off_question"]  # no word of the question
     swapped = pair(garden)  # the answer to the other question, asked under this one: it
@@ -126,8 +142,9 @@ def test_an_answer_off_its_question_is_dropped():
 def test_a_degraded_run_loses_its_unhelpful_answers_to_the_floor_with_no_judge_call(
     tmp_path, sim_factory, sim_url
 ):
-    result = build(write_config(tmp_path / "bad", sim_factory(degrade_rate=0.3),
-                                personas={"per_category": 4}))  # fmt: skip
+    result = build(
+        write_config(tmp_path / "bad", sim_factory(degrade_rate=0.3), personas={"per_category": 4})
+    )
     records = list(StageFile(Path(result["run_dir"]), "filters", FilterRecord).read())
     degraded = [r for r in records if r.pair.rejected == DEGRADED]
     assert degraded and len(degraded) < len(records)

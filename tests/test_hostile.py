@@ -35,9 +35,13 @@ SMALL = {"per_category": 2}
 def prb(*args: str, env: dict | None = None, timeout: float = 240, **popen) -> tuple[int, str, str]:
     """Run `prb ARGS` to the end: (exit code, stdout, stderr)."""
     proc = subprocess.run(
-        [str(PRB), *args], env=env or prefect_env(), capture_output=True, text=True,
-        timeout=timeout, **popen,
-    )  # fmt: skip
+        [str(PRB), *args],
+        env=env or prefect_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **popen,
+    )
     return proc.returncode, proc.stdout, proc.stderr
 
 
@@ -247,8 +251,9 @@ def test_release_diff_and_verify_of_bad_folders_are_one_line(tmp_path, sim_url):
 def _small_disk(folder: Path, size: str) -> bool:
     """Mount a tmpfs of `size` on `folder` (a real disk that fills up); False if not allowed."""
     folder.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                          capture_output=True)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True
+    )
     return done.returncode == 0
 
 
@@ -318,9 +323,13 @@ def test_ctrl_c_and_sigterm_stop_within_5s_with_one_line_and_lose_nothing(
         env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
         Path(env["PREFECT_HOME"]).mkdir()
     proc = subprocess.Popen(
-        [str(PRB), "build", "--config", str(config)], env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, start_new_session=True,
-    )  # fmt: skip
+        [str(PRB), "build", "--config", str(config)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     rubrics = tmp_path / "outputs" / "demo" / "rubrics.jsonl"
     try:
         deadline = time.monotonic() + 120
@@ -385,8 +394,9 @@ def test_push_refuses_to_delete_remote_files_unless_asked(tmp_path, sim_url, mon
 def test_progress_lines_in_a_log_and_nothing_of_them_in_the_release(tmp_path, sim_factory):
     url = sim_factory(latency_ms=50)
     config = write_config(tmp_path, url, personas=SMALL, model={"concurrency": 2})
-    code, _, err = prb("build", "--config", str(config),
-                       env=prefect_env(PRB_PROGRESS_SECONDS="0.5"))  # fmt: skip
+    code, _, err = prb(
+        "build", "--config", str(config), env=prefect_env(PRB_PROGRESS_SECONDS="0.5")
+    )
     assert code == 0, err
     lines = [x for x in err.splitlines() if x.startswith("[prb ")]
     assert len(lines) >= 3, err
@@ -421,9 +431,14 @@ def test_an_interrupted_demo_says_to_run_the_demo_again(tmp_path):
     """`prb demo` starts its own model server: the resume hint used to say `prb build --config
     …`, which finds no server. It says to rerun the demo, which resumes."""
     config = write_config(tmp_path, "http://127.0.0.1:9/v1")  # the demo sets its simulator's
-    proc = subprocess.Popen([str(PRB), "demo", "--config", str(config)], env=prefect_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [str(PRB), "demo", "--config", str(config)],
+        env=prefect_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         rubrics = tmp_path / "outputs" / "demo" / "rubrics.jsonl"

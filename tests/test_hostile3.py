@@ -34,9 +34,10 @@ from pipeline.sim.server import free_port
 BREAKS = ["\n", "\r\n", "\r", "\u2028", "\u2029", "\u0085", "\x0b", "\x0c", "\x00", "\x1e"]
 cells = st.one_of(
     st.text(),
-    st.lists(st.sampled_from([*BREAKS, "=", "+", "-", "@", "\t", "'", '"', ",", "a", "é"]),
-             max_size=12).map("".join),
-)  # fmt: skip
+    st.lists(
+        st.sampled_from([*BREAKS, "=", "+", "-", "@", "\t", "'", '"', ",", "a", "é"]), max_size=12
+    ).map("".join),
+)
 
 
 @settings(max_examples=300, deadline=None)
@@ -64,7 +65,7 @@ def test_an_annotators_reason_with_line_breaks_imports_unchanged(tmp_path, sim_u
     run_dir = _annotation_run(tmp_path, sim_url)
     export(run_dir, "demo", annotation_cfg(), 1, ["ann-1"])
     key = load_key(run_dir)
-    reason = "line one\nline two\r\nthree\u2028four\u2029five\u0085six =HYPERLINK(\"x\")"
+    reason = 'line one\nline two\r\nthree\u2028four\u2029five\u0085six =HYPERLINK("x")'
     sheet = next(batches_dir(run_dir).glob("*/ann-1.csv"))
     rows = [row for _, row in csvfile.read(sheet.read_text(encoding="utf-8"))[1]]
     items = {i.item_id: i for i in key.items}
@@ -83,8 +84,9 @@ def test_an_annotators_reason_with_line_breaks_imports_unchanged(tmp_path, sim_u
 def _annotation_run(tmp_path: Path, url: str) -> Path:
     from pipeline.errors import NothingReleased
 
-    config = write_config(tmp_path, url, personas={"per_category": 1},
-                          annotation={"required": True})  # fmt: skip
+    config = write_config(
+        tmp_path, url, personas={"per_category": 1}, annotation={"required": True}
+    )
     with pytest.raises(NothingReleased):
         build(config)
     return tmp_path / "outputs" / "demo"
@@ -92,7 +94,7 @@ def _annotation_run(tmp_path: Path, url: str) -> Path:
 
 # --- 2. reports are safe on foreign data -----------------------------------------------------
 
-MARKUP = '<script>alert(1)</script><img src=x onerror=alert(2)>| `x` \n'
+MARKUP = "<script>alert(1)</script><img src=x onerror=alert(2)>| `x` \n"
 
 
 def _hostile_release(path: Path, n: int = 120) -> Path:
@@ -114,10 +116,20 @@ def _hostile_release(path: Path, n: int = 120) -> Path:
 def test_audit_compare_and_eval_of_a_release_full_of_markup_write_no_raw_tag(tmp_path):
     release = _hostile_release(tmp_path / "hostile.jsonl")
     other = _hostile_release(tmp_path / "other.jsonl")
-    for args in (("audit", str(release), "--out", str(tmp_path / "audit")),
-                 ("compare", str(release), str(other), "--out", str(tmp_path / "compare")),
-                 ("eval", str(release), "--out", str(tmp_path / "eval"), "--bootstrap", "20",
-                  "--rm", "length")):  # fmt: skip
+    for args in (
+        ("audit", str(release), "--out", str(tmp_path / "audit")),
+        ("compare", str(release), str(other), "--out", str(tmp_path / "compare")),
+        (
+            "eval",
+            str(release),
+            "--out",
+            str(tmp_path / "eval"),
+            "--bootstrap",
+            "20",
+            "--rm",
+            "length",
+        ),
+    ):
         code, _, err = prb(*args, cwd=tmp_path)
         assert code == 0, err
     written = [p for p in tmp_path.rglob("*") if p.suffix in (".html", ".md")]
@@ -134,8 +146,9 @@ def test_leaderboard_csvs_neutralise_formula_cells(tmp_path):
     """pandas 3 stores text as `str`, not `object`: a check on `object` neutralised nothing."""
     import pandas as pd
 
-    df = pd.DataFrame({"model": ["=cmd|' /C calc'!A0", "ok"], "accuracy": [0.5, 0.6],
-                       "@category": ["+x", "-y"]})  # fmt: skip
+    df = pd.DataFrame(
+        {"model": ["=cmd|' /C calc'!A0", "ok"], "accuracy": [0.5, 0.6], "@category": ["+x", "-y"]}
+    )
     csvfile.frame_csv(df, tmp_path / "board.csv")
     cells = [c for row in csv.reader((tmp_path / "board.csv").open(newline="")) for c in row]
     assert not any(c.startswith(csvfile.FORMULA) for c in cells), cells
@@ -172,23 +185,35 @@ def test_duplicates_identical_answers_and_too_few_pairs_are_reported_not_counted
     assert few["verdict"] == "too few pairs" and few["leaks"] == []
     assert all(p["leak"] is None for p in few["probes"])
     mixed = rows[:100] + [dict(r, rejected=" ") for r in rows[100:110]]
-    code, out, err = prb("audit", str(_write(tmp_path / "mixed.jsonl", mixed)), "--out",
-                         str(tmp_path / "mixed"), cwd=tmp_path)  # fmt: skip
+    code, out, err = prb(
+        "audit",
+        str(_write(tmp_path / "mixed.jsonl", mixed)),
+        "--out",
+        str(tmp_path / "mixed"),
+        cwd=tmp_path,
+    )
     assert code == 0, err
     report = json.loads((tmp_path / "mixed" / "audit.json").read_text())
     assert report["pairs"] == 100 and report["rows"] == 110
     assert any("10 pairs have an empty" in w for w in report["warnings"])
-    code, _, err = prb("eval", str(tmp_path / "dup.jsonl"), "--rm", "length", "--bootstrap",
-                       "20", "--out", str(tmp_path / "ev"), cwd=tmp_path)  # fmt: skip
+    code, _, err = prb(
+        "eval",
+        str(tmp_path / "dup.jsonl"),
+        "--rm",
+        "length",
+        "--bootstrap",
+        "20",
+        "--out",
+        str(tmp_path / "ev"),
+        cwd=tmp_path,
+    )
     assert code == 0 and "warning: 5 rows repeat" in err
 
 
 # --- 4. provenance from what happened --------------------------------------------------------
 
 
-def test_a_simulator_build_that_claims_otherwise_says_simulated_and_push_refuses(
-    tmp_path, sim_url
-):
+def test_a_simulator_build_that_claims_otherwise_says_simulated_and_push_refuses(tmp_path, sim_url):
     from pipeline.release.manifest import load
     from pipeline.release.publish import PushRefused, push
 
@@ -225,10 +250,12 @@ def _wait_for(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
     raise AssertionError(f"{url} never answered")
 
 
-def _stops_with_requests_in_flight(cmd: list[str], health: str, post: tuple[str, dict],
-                                   sig: int) -> float:  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=prefect_env())  # fmt: skip
+def _stops_with_requests_in_flight(
+    cmd: list[str], health: str, post: tuple[str, dict], sig: int
+) -> float:
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=prefect_env()
+    )
     try:
         _wait_for(health, proc)
         for _ in range(3):  # requests that would take a minute
@@ -258,7 +285,9 @@ def test_sim_server_stops_within_5s_with_requests_in_flight(sig):
     took = _stops_with_requests_in_flight(
         [str(PRB), "sim-server", "--port", str(port), "--rate-slow", "1", "--slow-s", "60"],
         f"http://127.0.0.1:{port}/health",
-        (f"http://127.0.0.1:{port}/v1/chat/completions", CHAT), sig)  # fmt: skip
+        (f"http://127.0.0.1:{port}/v1/chat/completions", CHAT),
+        sig,
+    )
     assert took < 5
 
 
@@ -268,9 +297,11 @@ def test_reward_server_stops_within_5s_with_requests_in_flight(tmp_path, sim_fac
     port = free_port()
     item = {"question": "q?", "profile": "p", "response": "r"}
     took = _stops_with_requests_in_flight(
-        [str(PRB), "reward-server", "--rm", "judge", "--config", str(config), "--port",
-         str(port)], f"http://127.0.0.1:{port}/health",
-        (f"http://127.0.0.1:{port}/score", {"items": [item]}), signal.SIGTERM)  # fmt: skip
+        [str(PRB), "reward-server", "--rm", "judge", "--config", str(config), "--port", str(port)],
+        f"http://127.0.0.1:{port}/health",
+        (f"http://127.0.0.1:{port}/score", {"items": [item]}),
+        signal.SIGTERM,
+    )
     assert took < 5
 
 
@@ -344,7 +375,7 @@ def _blocked_extras(tmp_path: Path) -> dict:
         "            return None\n"
         "        return PathFinder.find_spec(name, path, target)\n"
         "sys.meta_path[:] = [Without if f is PathFinder else f for f in sys.meta_path]\n"
-    )  # fmt: skip
+    )
     return {**prefect_env(), "PYTHONPATH": str(site)}
 
 
@@ -352,8 +383,12 @@ def test_missing_extras_network_failures_and_nonsense_are_one_line(tmp_path, sim
     release = _write(tmp_path / "r.jsonl", controlled())
     blocked = _blocked_extras(tmp_path)
     cases = [
-        (("eval", str(release), "--rm", "hf:some/model", "--out", str(tmp_path / "e")), blocked,
-         2, "pip install '.[hf]'"),
+        (
+            ("eval", str(release), "--rm", "hf:some/model", "--out", str(tmp_path / "e")),
+            blocked,
+            2,
+            "pip install '.[hf]'",
+        ),
         (("reward-server", "--rm", "hf:some/model"), blocked, 2, "pip install '.[hf]'"),
         (("audit", "hf:"), None, 2, "hf: needs a dataset name"),
         (("eval", "hf:"), None, 2, "hf: needs a dataset name"),
@@ -361,14 +396,26 @@ def test_missing_extras_network_failures_and_nonsense_are_one_line(tmp_path, sim
     ]
     config = write_config(tmp_path, sim_url, personas={"per_category": 1})
     built = Path(build(config)["release_dir"])
-    offline = {**prefect_env(), "HF_TOKEN": "hf_x", "HF_ENDPOINT": "http://127.0.0.1:9",
-               "HF_HUB_OFFLINE": "0"}  # fmt: skip
+    offline = {
+        **prefect_env(),
+        "HF_TOKEN": "hf_x",
+        "HF_ENDPOINT": "http://127.0.0.1:9",
+        "HF_HUB_OFFLINE": "0",
+    }
     cases += [
-        (("release", "push", str(built), "--repo", "me/prb", "--allow-simulated"), offline, 2,
-         "the push to me/prb failed"),
-        (("release", "push", str(built), "--repo", "not a/valid/repo", "--allow-simulated"),
-         offline, 2, "is not a Hub repo id"),
-    ]  # fmt: skip
+        (
+            ("release", "push", str(built), "--repo", "me/prb", "--allow-simulated"),
+            offline,
+            2,
+            "the push to me/prb failed",
+        ),
+        (
+            ("release", "push", str(built), "--repo", "not a/valid/repo", "--allow-simulated"),
+            offline,
+            2,
+            "is not a Hub repo id",
+        ),
+    ]
     for args, env, code, said in cases:
         got, _, err = prb(*args, env=env, cwd=tmp_path, timeout=120)
         assert got == code, (args, err)
@@ -434,9 +481,20 @@ def test_an_eval_whose_pairs_mostly_fail_exits_7(tmp_path, sim_factory):
     url = sim_factory(rate_500=1.0)
     config = write_config(tmp_path, url, model={"max_retries": 0})
     release = _write(tmp_path / "r.jsonl", controlled())
-    code, _, err = prb("eval", str(release), "--rm", "judge", "--no-blind", "--config",
-                       str(config), "--out", str(tmp_path / "e"), "--bootstrap", "20",
-                       timeout=300)  # fmt: skip
+    code, _, err = prb(
+        "eval",
+        str(release),
+        "--rm",
+        "judge",
+        "--no-blind",
+        "--config",
+        str(config),
+        "--out",
+        str(tmp_path / "e"),
+        "--bootstrap",
+        "20",
+        timeout=300,
+    )
     assert code == 7, err
     assert "most pairs failed" in err and "rerun the same command" in err
 
@@ -458,17 +516,20 @@ def test_empty_persona_files_and_folders_are_errors(tmp_path):
     (tmp_path / "empty.jsonl").write_text("")
     (tmp_path / "blank.yaml").write_text("# nothing\n")
     (tmp_path / "none").mkdir()
-    for target, said in (("empty.jsonl", "the file is empty"),
-                         ("blank.yaml", "holds no records"),
-                         ("none", "no persona or question files")):  # fmt: skip
+    for target, said in (
+        ("empty.jsonl", "the file is empty"),
+        ("blank.yaml", "holds no records"),
+        ("none", "no persona or question files"),
+    ):
         code, out, err = prb("personas", "validate", str(tmp_path / target), timeout=60)
         assert code != 0, out
         assert said in out + err and not out.startswith("valid")
 
 
 def test_invalid_utf8_is_reported_by_line_and_the_rest_is_still_checked(tmp_path):
-    good = json.loads((REPO / "personas" / "library").glob("*.jsonl").__next__()
-                      .read_text().splitlines()[0])  # fmt: skip
+    good = json.loads(
+        (REPO / "personas" / "library").glob("*.jsonl").__next__().read_text().splitlines()[0]
+    )
     lines = [json.dumps(good), b'{"name": "Ren\xe9e"}', "{broken", ""]
     path = tmp_path / "p.jsonl"
     path.write_bytes(b"\n".join(x if isinstance(x, bytes) else x.encode() for x in lines))

@@ -28,11 +28,19 @@ from pipeline.records import FilterRecord
 
 CATEGORIES = ["Art_and_Entertainment", "Society_and_Culture"]
 LAX = {  # a 135M judge scores almost at random: let pairs through, this tests the machinery
-    "min_quality": 1.0, "max_quality_gap": 4.0, "min_adherence_chosen": 0.0,
-    "max_adherence_rejected": 1.0, "min_length_ratio": 0.01, "max_length_ratio": 100.0,
-    "max_answer_similarity": 1.0, "drop_blind_separated": False, "drop_degenerate": False,
-    "drop_prompt_copy": False, "drop_off_question": False, "drop_bad_text": False,
-}  # fmt: skip
+    "min_quality": 1.0,
+    "max_quality_gap": 4.0,
+    "min_adherence_chosen": 0.0,
+    "max_adherence_rejected": 1.0,
+    "min_length_ratio": 0.01,
+    "max_length_ratio": 100.0,
+    "max_answer_similarity": 1.0,
+    "drop_blind_separated": False,
+    "drop_degenerate": False,
+    "drop_prompt_copy": False,
+    "drop_off_question": False,
+    "drop_bad_text": False,
+}
 FLOOR = ("degenerate", "prompt_copy", "off_question", "text_sanity")
 
 
@@ -47,13 +55,23 @@ def real_run(served, tmp_path_factory):
     base_url, alias, digest = served
     tmp = tmp_path_factory.mktemp("local")
     config = write_config(
-        tmp, base_url, run_id="real", simulated=False,
-        model={"generator": alias, "judge": alias, "weights_sha256": digest,
-               "structured_output": "json_object_schema", "concurrency": 1, "max_retries": 1,
-               "timeout_s": 300},
+        tmp,
+        base_url,
+        run_id="real",
+        simulated=False,
+        model={
+            "generator": alias,
+            "judge": alias,
+            "weights_sha256": digest,
+            "structured_output": "json_object_schema",
+            "concurrency": 1,
+            "max_retries": 1,
+            "timeout_s": 300,
+        },
         personas={"per_category": 1, "categories": CATEGORIES},
-        filters=LAX, qualification={"accept_weak_judge": True},
-    )  # fmt: skip
+        filters=LAX,
+        qualification={"accept_weak_judge": True},
+    )
     try:
         result = build(config)
     except NothingReleased as e:  # possible with a 135M model; the assertions below still hold
@@ -70,8 +88,10 @@ def test_every_record_is_produced_or_dropped_with_a_reason(real_run):
     tasks = {t["task_id"] for t in lines(run_dir / "questions.jsonl")}
     assert len(tasks) == 2
     drops = lines(run_dir / "dropped.jsonl")
-    for stage, ident in (("rubrics", lambda r: r["task"]["task_id"]),
-                         ("pairs", lambda r: r["task"]["task_id"])):  # fmt: skip
+    for stage, ident in (
+        ("rubrics", lambda r: r["task"]["task_id"]),
+        ("pairs", lambda r: r["task"]["task_id"]),
+    ):
         made = {ident(r) for r in lines(run_dir / f"{stage}.jsonl")}
         lost = {d["id"] for d in drops if d["stage"] == stage}
         assert all(d["reason"] and d["detail"] for d in drops if d["stage"] == stage)
@@ -99,8 +119,9 @@ def test_the_release_loads_and_records_the_real_model(real_run):
     if "nothing" in result:
         pytest.fail(f"the real model released nothing: {result['nothing']}")
     release = Path(result["release_dir"])
-    ds = datasets.load_dataset("parquet", data_files=str(release / "*/test-*.parquet"),
-                               split="train")  # fmt: skip
+    ds = datasets.load_dataset(
+        "parquet", data_files=str(release / "*/test-*.parquet"), split="train"
+    )
     assert ds.num_rows == result["funnel"]["released"] > 0
     manifest = json.loads((release / "manifest.json").read_text())
     assert manifest["simulated"] is False
@@ -114,11 +135,30 @@ def test_prb_eval_scores_the_release_with_the_real_judge(real_run, tmp_path):
     if "nothing" in result:
         pytest.skip("nothing released to evaluate (the test above says why)")
     out = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "eval", result["release_dir"], "--config",
-         str(config), "--base-url", base_url, "--rm", f"judge:model={alias}", "--rm", "length",
-         "--out", str(tmp_path / "eval"), "--bootstrap", "50"],
-        capture_output=True, text=True, timeout=600, env=prefect_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "eval",
+            result["release_dir"],
+            "--config",
+            str(config),
+            "--base-url",
+            base_url,
+            "--rm",
+            f"judge:model={alias}",
+            "--rm",
+            "length",
+            "--out",
+            str(tmp_path / "eval"),
+            "--bootstrap",
+            "50",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=prefect_env(),
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     board = (tmp_path / "eval" / "leaderboard.csv").read_text()
     assert f"judge(model={alias})/profile" in board and "length/profile" in board
@@ -144,8 +184,13 @@ def test_the_local_demo_releases_nothing_degenerate(served, tmp_path):
     base_url, alias, digest = served
     data = yaml.safe_load((Path(__file__).parent.parent / "configs" / "local.yaml").read_text())
     data |= {"outputs_dir": str(tmp_path / "outputs"), "simulated": False}
-    data["model"] |= {"base_url": base_url, "generator": alias, "judge": alias,
-                      "weights_sha256": digest, "max_retries": 1}  # fmt: skip
+    data["model"] |= {
+        "base_url": base_url,
+        "generator": alias,
+        "judge": alias,
+        "weights_sha256": digest,
+        "max_retries": 1,
+    }
     data["personas"]["categories"] = CATEGORIES
     (tmp_path / "local.yaml").write_text(yaml.safe_dump(data))
     run_dir = tmp_path / "outputs" / data["run_id"]
@@ -179,10 +224,23 @@ def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():
     from pipeline.sim.server import free_port
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "local-model", "serve",
-                             "--model", "smollm2-135m", "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=prefect_env())  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "local-model",
+            "serve",
+            "--model",
+            "smollm2-135m",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=prefect_env(),
+    )
     base = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 120
@@ -193,8 +251,11 @@ def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():
                 break
             except (httpx.HTTPError, ValueError):
                 time.sleep(0.2)
-        body = {"model": models["data"][0]["id"], "max_tokens": 2000,
-                "messages": [{"role": "user", "content": "Write a very long story."}]}
+        body = {
+            "model": models["data"][0]["id"],
+            "max_tokens": 2000,
+            "messages": [{"role": "user", "content": "Write a very long story."}],
+        }
 
         def ask() -> None:
             with contextlib.suppress(httpx.HTTPError):
@@ -217,9 +278,23 @@ def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "pipeline.cli", "local-model", "serve",
-                               "--model", "smollm2-135m", "--port", str(busy)], capture_output=True, text=True,
-                              timeout=60, env=prefect_env())  # fmt: skip
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipeline.cli",
+                "local-model",
+                "serve",
+                "--model",
+                "smollm2-135m",
+                "--port",
+                str(busy),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=prefect_env(),
+        )
     assert done.returncode == 8 and f"127.0.0.1:{busy} is in use" in done.stderr
     assert "serving" not in done.stdout
 

@@ -22,8 +22,14 @@ def fake_parts(root, chunks: list[bytes]) -> local.LocalModel:
         (root / package / "data" / f"part{i:02d}.bin").write_bytes(chunk)
         names.append(package)
     whole = b"".join(chunks)
-    return local.LocalModel("fake-3part", "fake.gguf", hashlib.sha256(whole).hexdigest(),
-                            len(whole), tuple(names), "a test model")  # fmt: skip
+    return local.LocalModel(
+        "fake-3part",
+        "fake.gguf",
+        hashlib.sha256(whole).hexdigest(),
+        len(whole),
+        tuple(names),
+        "a test model",
+    )
 
 
 @pytest.fixture
@@ -53,8 +59,9 @@ def test_a_wrong_or_missing_part_is_one_line_and_leaves_no_file(parts_on_path, t
         local.assemble(wrong)
     assert "reinstall the part packages" in str(e.value) and "\n" not in str(e.value)
     assert not list((tmp_path / "models").iterdir())  # no partial file, no wrong file
-    missing = local.LocalModel(m.name, m.gguf, m.sha256, m.size,
-                               (*m.parts, "prbtest_part_absent"), m.about)  # fmt: skip
+    missing = local.LocalModel(
+        m.name, m.gguf, m.sha256, m.size, (*m.parts, "prbtest_part_absent"), m.about
+    )
     with pytest.raises(local.LocalModelError, match="not installed \\(prbtest-part-absent\\)"):
         local.assemble(missing)
     assert not list((tmp_path / "models").iterdir())
@@ -68,7 +75,9 @@ def test_the_server_generates_on_one_thread_and_reads_prompts_on_two_by_default(
     assert cmd[cmd.index("--n_threads_batch") + 1] == "2"
     cmd = local.command(local.Path("/m.gguf"), 8080, "m", threads=2, batch_threads=1)
     assert (cmd[cmd.index("--n_threads") + 1], cmd[cmd.index("--n_threads_batch") + 1]) == (
-        "2", "1")
+        "2",
+        "1",
+    )
 
 
 def test_model_local_names_a_known_model_and_is_execution_only():

@@ -156,5 +156,8 @@ def test_lexical_decoy_borrows_the_users_words_and_misses_the_aspects(swapped):
         assert len(profile & set(keywords(p.rejected))) > len(profile & set(keywords(p.chosen)))
         wanted = {s.tag for s in styles_of([a.aspect for a in p.rubric_aspects])}
         opener = p.rejected.splitlines()[0].lower()
-        assert not [t for t in wanted - {"bullets", "steps"}
-                    if t in by_tag and by_tag[t].marker.lower() in opener]  # fmt: skip
+        assert not [
+            t
+            for t in wanted - {"bullets", "steps"}
+            if t in by_tag and by_tag[t].marker.lower() in opener
+        ]

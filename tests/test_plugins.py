@@ -69,30 +69,66 @@ def test_a_plugin_package_adds_a_reward_model_and_a_probe(tmp_path):
     (pkg / "pyproject.toml").write_text(PYPROJECT)
     (pkg / "prb_plugin_demo.py").write_text(MODULE)
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--target", str(target), str(pkg)], check=True,
-                   capture_output=True, timeout=300)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(pkg),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     env = prefect_env(PYTHONPATH=str(target))
 
     def prb(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], env=env, cwd=tmp_path,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", *args],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     helped = prb("eval", "--help")
     assert helped.returncode == 0 and "plugin: the shorter answer wins" in flat(helped.stdout)
     release = tmp_path / "r.jsonl"
     release.write_text("\n".join(json.dumps(r) for r in controlled()))
-    done = prb("eval", str(release), "--rm", "shortest", "--rm", "length", "--bootstrap", "20",
-               "--out", str(tmp_path / "eval"))  # fmt: skip
+    done = prb(
+        "eval",
+        str(release),
+        "--rm",
+        "shortest",
+        "--rm",
+        "length",
+        "--bootstrap",
+        "20",
+        "--out",
+        str(tmp_path / "eval"),
+    )
     assert done.returncode == 0, done.stderr
     board = (tmp_path / "eval" / "leaderboard.csv").read_text()
     assert "shortest/profile" in board and "length/profile" in board
     done = prb("audit", str(release), "--out", str(tmp_path / "audit"))
     assert done.returncode == 0, done.stderr
-    names = [p["name"] for p in json.loads((tmp_path / "audit" / "audit.json").read_text())
-             ["probes"]["probes"]]  # fmt: skip
+    names = [
+        p["name"]
+        for p in json.loads((tmp_path / "audit" / "audit.json").read_text())["probes"]["probes"]
+    ]
     assert "cue: question marks" in names
-    without = subprocess.run([sys.executable, "-m", "pipeline.cli", "eval", "--help"],
-                             env=prefect_env(), capture_output=True, text=True)  # fmt: skip
+    without = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "eval", "--help"],
+        env=prefect_env(),
+        capture_output=True,
+        text=True,
+    )
     assert "shorter answer wins" not in flat(without.stdout)  # nothing of it outside that folder
     assert not list(Path(sys.prefix).glob("lib/*/site-packages/prb_plugin_demo*"))

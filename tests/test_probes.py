@@ -19,13 +19,20 @@ from pipeline.release.load import ReleaseError, load_rows
 def releases(tmp_path_factory):
     root = tmp_path_factory.mktemp("public")
     # 120 pairs each: the probes give no verdict from fewer than probes.MIN_VERDICT_PAIRS
-    return {"controlled": write_hub_layout(root / "controlled", controlled(couples=20)),
-            "leaky": write_hub_layout(root / "leaky", leaky(users=40))}  # fmt: skip
+    return {
+        "controlled": write_hub_layout(root / "controlled", controlled(couples=20)),
+        "leaky": write_hub_layout(root / "leaky", leaky(users=40)),
+    }
 
 
 def prb(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True,
-                          text=True, timeout=300, cwd=cwd)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+    )
 
 
 def test_the_probes_flag_the_leaky_release_and_pass_the_controlled_one(releases):
@@ -44,8 +51,13 @@ def test_the_probes_flag_the_leaky_release_and_pass_the_controlled_one(releases)
 
     careless = probes.summary(probes.run_all(load_rows(releases["leaky"])[0]))
     assert careless["verdict"] == "leaky"
-    assert {"length: longer wins", "length: median rejected/chosen ratio", "cue: hedges",
-            "cue: second person", "answer-only classifier"} <= set(careless["leaks"])
+    assert {
+        "length: longer wins",
+        "length: median rejected/chosen ratio",
+        "cue: hedges",
+        "cue: second person",
+        "answer-only classifier",
+    } <= set(careless["leaks"])
     # profile overlap reads the user: a floor, reported as easy, never as a leak
     assert "profile overlap" not in careless["leaks"] and "profile overlap" in careless["easy_by"]
     clf = {p["name"]: p for p in careless["probes"]}["answer-only classifier"]
@@ -83,7 +95,8 @@ def test_prb_audit_reads_the_hub_layout_a_flat_file_and_hf_names(releases, tmp_p
     done = prb("audit", str(flat), "--out", str(tmp_path / "flat"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "flat" / "audit.json").read_text())["probes"]["verdict"] == (
-        "pass")  # fmt: skip
+        "pass"
+    )
     # hf:NAME goes through datasets' hub loader; offline, a local folder in the hub layout
     rows, info = load_rows(f"hf:{releases['controlled']}")
     assert len(rows) == 120 and info["layout"] == "hub"
@@ -104,8 +117,7 @@ def test_a_release_missing_a_public_column_is_one_line_naming_the_file_and_row(t
 def test_prb_eval_scores_every_config_of_a_release_without_a_default(releases, tmp_path):
     """It used to fail on the official layout with "Config name is missing"."""
     out = tmp_path / "eval"
-    done = prb("eval", str(releases["leaky"]), "--out", str(out), "--bootstrap", "50",
-               cwd=tmp_path)  # fmt: skip
+    done = prb("eval", str(releases["leaky"]), "--out", str(out), "--bootstrap", "50", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     board = (out / "leaderboard.csv").read_text()
     assert "length/profile" in board and "overlap/profile" in board
@@ -130,8 +142,9 @@ def test_the_demo_simulator_writes_a_controlled_release_and_leaky_plants_the_cue
     for leak in (False, True):
         url = sim_factory(leaky=leak)
         mix = ["ignore_aspects", "wrong_tone"] if leak else ["persona_swap"]
-        config = write_config(tmp_path / str(leak), url, personas={"per_category": 6},
-                              generation={"strategies": mix})  # fmt: skip
+        config = write_config(
+            tmp_path / str(leak), url, personas={"per_category": 6}, generation={"strategies": mix}
+        )
         rows = load_rows(Path(build(config)["release_dir"]))[0]
         # too few pairs for a verdict: read each probe's own interval instead
         verdicts[leak] = {p.name for p in probes.run_all(rows) if p.leak}
@@ -143,8 +156,20 @@ def test_prb_eval_puts_each_judges_blind_variant_next_and_splits_by_position(rel
     import pandas as pd
 
     out = tmp_path / "eval"
-    done = prb("eval", str(releases["controlled"]), "--sim", "--rm", "judge-pair", "--rm",
-               "length", "--out", str(out), "--bootstrap", "50", cwd=tmp_path)  # fmt: skip
+    done = prb(
+        "eval",
+        str(releases["controlled"]),
+        "--sim",
+        "--rm",
+        "judge-pair",
+        "--rm",
+        "length",
+        "--out",
+        str(out),
+        "--bootstrap",
+        "50",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     board = pd.read_csv(out / "leaderboard.csv")
     models = list(board["model"])
@@ -152,7 +177,8 @@ def test_prb_eval_puts_each_judges_blind_variant_next_and_splits_by_position(rel
     assert models[judge + 1] == "judge-pair(model=prb-sim-1)/none"  # the blind one, next
     row = board.iloc[judge]
     assert row["needs_user"] == pytest.approx(
-        row["accuracy"] - board.iloc[judge + 1]["accuracy"], abs=2e-4)  # 4 decimals in the CSV
+        row["accuracy"] - board.iloc[judge + 1]["accuracy"], abs=2e-4
+    )  # 4 decimals in the CSV
     assert 0 <= row["chosen_as_a"] <= 1 and 0 <= row["chosen_as_b"] <= 1
     assert pd.isna(board.set_index("model").loc["length/profile", "chosen_as_a"])  # pointwise
     assert len(models) == 3  # no blind variant for a baseline

@@ -30,19 +30,29 @@ def lamp_rows(category: str, split: str, n: int = 2) -> list[dict]:
     out = []
     for u in range(n):
         qid = f"{CATEGORIES.index(category)}{split[:2]}{u}"
-        out.append({
-            "id": qid,
-            "question": f"How do I get started with hobby {qid}?",
-            "narrative": f"User {qid} is on a tight budget and wants numbered steps.",
-            "profile": [{"id": f"{qid}0{k}", "text": f"Post {k} of {qid}: budget hobby."}
-                        for k in range(4)],
-            "rubric_aspects": [
-                {"aspect": "Keep it cheap", "reason": "Money is tight.",
-                 "evidence": "is on a tight budget"},
-                {"aspect": "Give numbered steps", "reason": "Asked for steps.",
-                 "evidence": "wants numbered steps"},
-            ],
-        })  # fmt: skip
+        out.append(
+            {
+                "id": qid,
+                "question": f"How do I get started with hobby {qid}?",
+                "narrative": f"User {qid} is on a tight budget and wants numbered steps.",
+                "profile": [
+                    {"id": f"{qid}0{k}", "text": f"Post {k} of {qid}: budget hobby."}
+                    for k in range(4)
+                ],
+                "rubric_aspects": [
+                    {
+                        "aspect": "Keep it cheap",
+                        "reason": "Money is tight.",
+                        "evidence": "is on a tight budget",
+                    },
+                    {
+                        "aspect": "Give numbered steps",
+                        "reason": "Asked for steps.",
+                        "evidence": "wants numbered steps",
+                    },
+                ],
+            }
+        )
     return out
 
 
@@ -83,8 +93,13 @@ def write_lamp_hub(folder: Path) -> dict[str, list[dict]]:
 
 
 def check_lossless(personas, questions, written: dict, split: str) -> None:
-    expected = [(c, r) for key, rows in written.items() for r in rows
-                for c in [key.rsplit("_", 1)[0]] if key.endswith(f"_{split}")]  # fmt: skip
+    expected = [
+        (c, r)
+        for key, rows in written.items()
+        for r in rows
+        for c in [key.rsplit("_", 1)[0]]
+        if key.endswith(f"_{split}")
+    ]
     # every question is its own user, even the two that share their posts
     assert len(personas) == len(questions) == len(expected)
     by_q = {q.question_id: q for q in questions}
@@ -138,15 +153,22 @@ def test_lamp_qa_layout_errors_name_the_folder_and_record(tmp_path):
 
 
 def test_bm25_ranks_the_posts_about_the_question_first_and_records_the_kept_ids():
-    posts = [ProfileItem(id=f"p{k}", category="c", text=t) for k, t in enumerate([
-        "My cat scratches the sofa every night.",
-        "Which watercolour paper is cheap enough for practice?",
-        "Best banana bread recipe?",
-        "Mixing watercolour paints always turns muddy for me.",
-    ])]  # fmt: skip
+    posts = [
+        ProfileItem(id=f"p{k}", category="c", text=t)
+        for k, t in enumerate(
+            [
+                "My cat scratches the sofa every night.",
+                "Which watercolour paper is cheap enough for practice?",
+                "Best banana bread recipe?",
+                "Mixing watercolour paints always turns muddy for me.",
+            ]
+        )
+    ]
     ranking = rank("How do I start painting with watercolour?", posts, ProfileConfig(top_k=2))
     assert [r.id for r in ranking[:2]] == ["p1", "p3"] or [r.id for r in ranking[:2]] == [
-        "p3", "p1"]  # fmt: skip
+        "p3",
+        "p1",
+    ]
     assert ranking[0].score >= ranking[1].score > ranking[2].score == ranking[3].score == 0
     assert [r.id for r in ranking[2:]] == ["p0", "p2"]  # ties keep the profile's order
 
@@ -211,7 +233,11 @@ def test_recipe_and_rubric_source_settings_are_checked(tmp_path):
         load_config(bad)
     cfg = load_config(REPO / "configs" / "published.yaml")
     assert (cfg.recipe, cfg.rubrics.source, cfg.profile.top_k, cfg.filters.mode) == (
-        "published", "imported", 10, "record")  # fmt: skip
+        "published",
+        "imported",
+        10,
+        "record",
+    )
     assert not cfg.generation.content_plan and cfg.personas.split == "test"
     assert load_config(REPO / "configs" / "published-prb.yaml").filters.mode == "drop"
 
@@ -237,8 +263,11 @@ def recipes(tmp_path_factory, sim_url) -> dict[str, Path]:
 
 def test_the_published_recipe_uses_imported_aspects_ranked_posts_and_no_plan(recipes):
     run = recipes["published"]
-    fixture = {r["id"]: r for f in sorted((REPO / "personas" / "lamp-qa").glob("*_test.json"))
-               for r in json.loads(f.read_text())}  # fmt: skip
+    fixture = {
+        r["id"]: r
+        for f in sorted((REPO / "personas" / "lamp-qa").glob("*_test.json"))
+        for r in json.loads(f.read_text())
+    }
     tasks = lines(run / "questions.jsonl", Task)
     assert len(tasks) == len(fixture) == 12  # one pair per question, every user
     for t in tasks:
@@ -284,8 +313,12 @@ def test_the_prb_recipe_on_the_same_users_records_the_planner_beside_imported_as
     assert 0 < found < of  # the planner finds some of the users' own aspects, not all
     pairs = lines(run / "pairs.jsonl", Pair)
     assert all(p.key_points and "content_plan" in p.calls for p in pairs)
-    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "audit", str(run)],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "audit", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     summary = (run / "audit" / "summary.md").read_text()
     assert f"Imported aspects the planner found too: {found} of {of}" in summary
@@ -294,10 +327,20 @@ def test_the_prb_recipe_on_the_same_users_records_the_planner_beside_imported_as
 def test_compare_reports_on_the_two_recipes(recipes, tmp_path):
     out = tmp_path / "cmp"
     done = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "compare", str(recipes["published"] / "release"),
-         str(recipes["prb"] / "release"), "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "compare",
+            str(recipes["published"] / "release"),
+            str(recipes["prb"] / "release"),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "12 shared pairs" in done.stdout and "would keep" in done.stdout
     report = json.loads((out / "compare.json").read_text())
@@ -327,8 +370,9 @@ def test_compare_of_releases_without_shared_pairs_says_so(tmp_path):
 
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
     a.write_text("\n".join(json.dumps(r) for r in controlled()[:10]))
-    others = [{**r, "question": f"Another question, number {k}?"}
-              for k, r in enumerate(leaky()[:10])]  # fmt: skip
+    others = [
+        {**r, "question": f"Another question, number {k}?"} for k, r in enumerate(leaky()[:10])
+    ]
     b.write_text("\n".join(json.dumps(r) for r in others))
     from pipeline.audit.compare import compare
 
@@ -351,9 +395,14 @@ def test_prb_demo_recipe_published_builds_offline(tmp_path):
         shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
 
     def prb(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=tree,
-                              env=prefect_env(PYTHONPATH=str(tree)), capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", *args],
+            cwd=tree,
+            env=prefect_env(PYTHONPATH=str(tree)),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     done = prb("demo", "--recipe", "published")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -373,14 +422,25 @@ def test_imported_aspects_and_the_agreement_figure():
     def aspect(text: str) -> RubricAspect:
         return RubricAspect(aspect=text, evidence="said so", reason="r")
 
-    persona = Persona(persona_id="u-1", category="Society_and_Culture",
-                      profile=[ProfileItem(id="1", category="c", text="A post.")])  # fmt: skip
-    task = Task(task_id="t", persona=persona, question_id="q1", question="Q?",
-                category="Society_and_Culture")  # fmt: skip
+    persona = Persona(
+        persona_id="u-1",
+        category="Society_and_Culture",
+        profile=[ProfileItem(id="1", category="c", text="A post.")],
+    )
+    task = Task(
+        task_id="t",
+        persona=persona,
+        question_id="q1",
+        question="Q?",
+        category="Society_and_Culture",
+    )
     dropped = imported(task)  # a user without published aspects: dropped, with the reason
     assert dropped.reason == "rubrics_none_imported" and "q1" in dropped.detail
-    ours = [aspect("Keep every suggestion cheap"), aspect("Use numbered steps"),
-            aspect("Mention local clubs")]  # fmt: skip
+    ours = [
+        aspect("Keep every suggestion cheap"),
+        aspect("Use numbered steps"),
+        aspect("Mention local clubs"),
+    ]
     theirs = [aspect("Give numbered steps in order"), aspect("Suggestions must stay cheap")]
     found = agreement(ours, theirs)
     assert (found.found, found.of, found.matches) == (2, 3, [2, 1, None])

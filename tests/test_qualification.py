@@ -25,7 +25,8 @@ def test_the_corruptions_break_an_answer_the_way_they_say():
     assert not cut.endswith((".", "!", "?"))  # mid-sentence
     back = shuffled(sound)
     assert back.splitlines()[0] == "- Eat well." and sorted(back.splitlines()) == sorted(
-        sound.splitlines())
+        sound.splitlines()
+    )
     assert shuffled("One sentence only") is None
     assert degenerate(sound).splitlines() == ["In plain terms, start small."] * 6
 
@@ -40,11 +41,19 @@ def test_rates_count_picks_of_the_sound_answer_and_agreement_across_orders():
     half = rates([("A", None), (None, "B")])
     assert (half["prefers_sound"]["k"], half["prefers_sound"]["n"]) == (2, 2)
     assert half["consistent"]["n"] == 0 and half["consistent"]["value"] is None
-    card = qualification_md({
-        "judge_model": "j", "answers": 1, "items": 2, "calls": 4, "passed": True,
-        "prefers_sound": half["prefers_sound"], "consistent": found["consistent"],
-        "by_corruption": {"truncated": half},
-        "thresholds": {"min_prefers_sound": 0.75, "min_consistent": 0.7}})  # fmt: skip
+    card = qualification_md(
+        {
+            "judge_model": "j",
+            "answers": 1,
+            "items": 2,
+            "calls": 4,
+            "passed": True,
+            "prefers_sound": half["prefers_sound"],
+            "consistent": found["consistent"],
+            "by_corruption": {"truncated": half},
+            "thresholds": {"min_prefers_sound": 0.75, "min_consistent": 0.7},
+        }
+    )
     assert "| truncated | 100% (2/2) | – |" in card
 
 
@@ -108,9 +117,12 @@ def test_judges_qualified_builds_a_weak_judges_run_with_no_judge_call(tmp_path, 
     not stop the build and decides nothing. No judge check runs, every record says so, the
     funnel and the card say no judge filtered the release, and the position-free judge's rates
     are recorded beside the pairwise judge's."""
-    config = write_config(tmp_path, sim_factory(judge="always_a"),
-                          filters={"judges": "qualified"},
-                          qualification={"position_free": True})  # fmt: skip
+    config = write_config(
+        tmp_path,
+        sim_factory(judge="always_a"),
+        filters={"judges": "qualified"},
+        qualification={"position_free": True},
+    )
     result = build(config)
     run_dir = Path(result["run_dir"])
     records = [json.loads(x) for x in (run_dir / "filters.jsonl").read_text().splitlines()]
@@ -138,10 +150,12 @@ def test_judges_qualified_builds_a_weak_judges_run_with_no_judge_call(tmp_path, 
 
 def test_judges_qualified_runs_the_judges_of_a_judge_that_qualified(tmp_path, sim_url):
     result = build(write_config(tmp_path, sim_url, filters={"judges": "qualified"}))
-    records = [json.loads(x) for x in
-               (Path(result["run_dir"]) / "filters.jsonl").read_text().splitlines()]  # fmt: skip
+    records = [
+        json.loads(x) for x in (Path(result["run_dir"]) / "filters.jsonl").read_text().splitlines()
+    ]
     assert any("quality" in r["checks"] for r in records)
-    assert not any("skipped" in r and "quality" in r["skipped"] and not r["reasons"]
-                   for r in records)  # fmt: skip
+    assert not any(
+        "skipped" in r and "quality" in r["skipped"] and not r["reasons"] for r in records
+    )
     found = json.loads((Path(result["run_dir"]) / FILE).read_text())
     assert found["passed"] and "judges_skipped" not in found

@@ -27,9 +27,14 @@ def stats(url: str) -> dict:
 
 
 def chat(url: str, words: int = 5, max_tokens: int = 10) -> httpx.Response:
-    return httpx.post(f"{url}/chat/completions", json={
-        "model": "prb-sim-1", "max_tokens": max_tokens,
-        "messages": [{"role": "user", "content": " ".join(["word"] * words)}]})  # fmt: skip
+    return httpx.post(
+        f"{url}/chat/completions",
+        json={
+            "model": "prb-sim-1",
+            "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": " ".join(["word"] * words)}],
+        },
+    )
 
 
 def test_the_simulator_answers_429_over_its_limit_with_a_providers_headers(sim_factory):
@@ -51,9 +56,15 @@ def test_the_simulator_answers_429_over_its_limit_with_a_providers_headers(sim_f
 
 
 async def burst(url: str, n: int, concurrency: int = 48, **model) -> tuple[list, Limiter]:
-    cfg = ModelConfig(base_url=url, concurrency=concurrency, max_retries=30,
-                      backoff_initial_s=0.05, backoff_max_s=0.5, structured_output="none",
-                      **model)  # fmt: skip
+    cfg = ModelConfig(
+        base_url=url,
+        concurrency=concurrency,
+        max_retries=30,
+        backoff_initial_s=0.05,
+        backoff_max_s=0.5,
+        structured_output="none",
+        **model,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         cache = ResponseCache(Path(tmp) / "cache.sqlite")
         llm = LLM(cfg, cache)
@@ -78,10 +89,14 @@ async def burst(url: str, n: int, concurrency: int = 48, **model) -> tuple[list,
     return out, llm.limiter
 
 
-@pytest.mark.parametrize("model", [
-    {"requests_per_minute": RPM},  # told
-    {},  # learnt from the first answer's headers (the default)
-], ids=["set", "learnt"])  # fmt: skip
+@pytest.mark.parametrize(
+    "model",
+    [
+        {"requests_per_minute": RPM},  # told
+        {},  # learnt from the first answer's headers (the default)
+    ],
+    ids=["set", "learnt"],
+)
 def test_prb_stays_under_the_limit_without_429s(sim_factory, model):
     url = sim_factory(rpm=RPM, latency_ms=20)
     out, limiter = asyncio.run(burst(url, 60, **model))
@@ -130,8 +145,9 @@ def test_the_estimate_counts_bpe_tokens_and_never_undercounts_the_simulators_wor
 
 
 def test_limits_are_execution_only(tmp_path):
-    cfg = RunConfig.model_validate({"model": {"requests_per_minute": 500,
-                                              "tokens_per_minute": 9000}})  # fmt: skip
+    cfg = RunConfig.model_validate(
+        {"model": {"requests_per_minute": 500, "tokens_per_minute": 9000}}
+    )
     plain = RunConfig()
     assert cfg.recorded() == plain.recorded()  # not in the manifest
     assert cfg.resume_inputs() == plain.resume_inputs()  # nor the fingerprint
@@ -140,8 +156,9 @@ def test_limits_are_execution_only(tmp_path):
 def test_cached_prompt_tokens_are_counted_and_priced_at_the_cached_rate(tmp_path, sim_factory):
     url = sim_factory(cache_min_tokens=32, cache_block=16)
     price = {"input_per_1m": 1.0, "cached_input_per_1m": 0.25, "output_per_1m": 2.0}
-    config = write_config(tmp_path, url, personas={"per_category": 2},
-                          cost={"prices": {"prb-sim-1": price}})  # fmt: skip
+    config = write_config(
+        tmp_path, url, personas={"per_category": 2}, cost={"prices": {"prb-sim-1": price}}
+    )
     result = build(config)
     manifest = json.loads((Path(result["release_dir"]) / "manifest.json").read_text())
     block = manifest["cost"]

@@ -38,9 +38,12 @@ def test_a_real_model_build_replays_offline_to_the_recorded_release(name, tmp_pa
     fixture = read_fixture(fixture_path(name))
     stale = stale_prompts(fixture["prompts"])
     if stale:
-        pytest.fail(f"{name}: prompts changed since the real model wrote this build "
-                    f"({', '.join(stale)}): record it again with `make record-real "
-                    f"NAME={name}` (needs `make demo-local`)", pytrace=False)  # fmt: skip
+        pytest.fail(
+            f"{name}: prompts changed since the real model wrote this build "
+            f"({', '.join(stale)}): record it again with `make record-real "
+            f"NAME={name}` (needs `make demo-local`)",
+            pytrace=False,
+        )
     outputs = tmp_path / "outputs"
     cache = ResponseCache(outputs / "cache.sqlite")
     cache.add_rows(fixture["responses"])
@@ -48,8 +51,9 @@ def test_a_real_model_build_replays_offline_to_the_recorded_release(name, tmp_pa
     cache.close()
     config = config_for(name, outputs)
     alias = fixture["models"]["generator"]
-    result = build(config, **local.overrides(DEAD, alias, fixture["weights_sha256"]),
-                   model__replay=True)  # fmt: skip
+    result = build(
+        config, **local.overrides(DEAD, alias, fixture["weights_sha256"]), model__replay=True
+    )
     release = Path(result["release_dir"])
     assert sum(u["calls"] for u in result["usage"].values()) == 0  # nothing was sent
     manifest = json.loads((release / "manifest.json").read_text())
@@ -76,13 +80,18 @@ def test_a_replay_answers_from_the_cache_and_fails_as_the_recording_did(tmp_path
     from pipeline.store import sha256_file
 
     url = sim_factory(rate_malformed=0.2, seed=5)  # cut off at max_tokens
-    config = write_config(tmp_path / "rec", url, personas={"per_category": 3},
-                          model={"max_retries": 0})  # fmt: skip
+    config = write_config(
+        tmp_path / "rec", url, personas={"per_category": 3}, model={"max_retries": 0}
+    )
     recorded = build(config)
     failures = sum(sum(u["failures"].values()) for u in recorded["usage"].values())
     assert failures > 0
-    replay = write_config(tmp_path / "rec", "http://127.0.0.1:9/v1", personas={"per_category": 3},
-                          model={"max_retries": 0, "replay": True})  # fmt: skip
+    replay = write_config(
+        tmp_path / "rec",
+        "http://127.0.0.1:9/v1",
+        personas={"per_category": 3},
+        model={"max_retries": 0, "replay": True},
+    )
     again = build(replay, run_id="replayed")
     assert sum(u["calls"] for u in again["usage"].values()) == 0
     assert again["funnel"] == recorded["funnel"]
@@ -92,7 +101,8 @@ def test_a_replay_answers_from_the_cache_and_fails_as_the_recording_did(tmp_path
         return [sha256_file(p) for p in sorted(release.glob("*/*.parquet"))]
 
     assert data(again) == data(recorded)
-    stale = write_config(tmp_path / "stale", "http://127.0.0.1:9/v1",
-                         model={"replay": True})  # an empty cache: nothing recorded  # fmt: skip
+    stale = write_config(
+        tmp_path / "stale", "http://127.0.0.1:9/v1", model={"replay": True}
+    )  # an empty cache: nothing recorded
     with pytest.raises(PrbError, match="model.replay: no recorded answer"):
         build(stale)

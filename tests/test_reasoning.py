@@ -18,18 +18,27 @@ from pipeline.store import StageFile
 
 
 def completion(content: str, **message) -> dict:
-    return {"choices": [{"finish_reason": "stop",
-                         "message": {"role": "assistant", "content": content, **message}}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 40}}  # fmt: skip
+    return {
+        "choices": [
+            {
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": content, **message},
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 40},
+    }
 
 
-@pytest.mark.parametrize(("content", "reasoning", "answer"), [
-    ("plain answer", "", "plain answer"),
-    ("<think>a\nb</think>\n\n{\"x\": 1}", "a\nb", "{\"x\": 1}"),
-    ("opened by the template</think>the answer", "opened by the template", "the answer"),
-    ("<think>one</think>mid<think>two</think> end", "one\ntwo", "mid end"),
-    ("<think>cut off while thinking", "cut off while thinking", ""),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("content", "reasoning", "answer"),
+    [
+        ("plain answer", "", "plain answer"),
+        ('<think>a\nb</think>\n\n{"x": 1}', "a\nb", '{"x": 1}'),
+        ("opened by the template</think>the answer", "opened by the template", "the answer"),
+        ("<think>one</think>mid<think>two</think> end", "one\ntwo", "mid end"),
+        ("<think>cut off while thinking", "cut off while thinking", ""),
+    ],
+)
 def test_reasoning_is_split_from_the_answer(content, reasoning, answer):
     assert split_reasoning(content) == (reasoning, answer)
 
@@ -46,8 +55,9 @@ def test_a_completion_keeps_only_its_answer_and_counts_its_reasoning():
     assert "reasoning_tokens" not in tokens
 
 
-def test_a_build_on_a_reasoning_model_releases_what_a_plain_one_does(tmp_path, sim_factory,
-                                                                     sim_url):  # fmt: skip
+def test_a_build_on_a_reasoning_model_releases_what_a_plain_one_does(
+    tmp_path, sim_factory, sim_url
+):
     """Every answer of the simulator carries reasoning (half in the content, half beside it)
     that would fail JSON parsing and the floor's repeated-line rule if it reached them: the
     build's records equal a plain build's, and usage counts the reasoning per stage."""
@@ -56,8 +66,10 @@ def test_a_build_on_a_reasoning_model_releases_what_a_plain_one_does(tmp_path, s
     for name, url in (("plain", sim_url), ("thinking", thinking)):
         result = build(write_config(tmp_path / name, url, personas={"per_category": 3}))
         records = StageFile(Path(result["run_dir"]), "filters", FilterRecord).read()
-        runs[name] = ([(r.pair.pair_id, r.pair.chosen, r.pair.rejected, r.kept, r.reasons)
-                       for r in records], result)  # fmt: skip
+        runs[name] = (
+            [(r.pair.pair_id, r.pair.chosen, r.pair.rejected, r.kept, r.reasons) for r in records],
+            result,
+        )
     assert runs["thinking"][0] == runs["plain"][0] and runs["plain"][0]
     assert any(kept for *_, kept, _ in runs["plain"][0])
     usage = runs["thinking"][1]["usage"]
@@ -66,7 +78,8 @@ def test_a_build_on_a_reasoning_model_releases_what_a_plain_one_does(tmp_path, s
         assert not usage[stage]["failures"] and not usage[stage]["retries"], usage[stage]
     assert all("reasoning_tokens" not in u for u in runs["plain"][1]["usage"].values())
     assert "Let me think" not in json.dumps(
-        [r for r, *_ in runs["thinking"][0]] + [c for _, c, *_ in runs["thinking"][0]])
+        [r for r, *_ in runs["thinking"][0]] + [c for _, c, *_ in runs["thinking"][0]]
+    )
 
 
 def test_an_answer_that_is_all_reasoning_is_unparseable():
@@ -75,4 +88,3 @@ def test_an_answer_that_is_all_reasoning_is_unparseable():
 
     with pytest.raises(Unparseable):
         parse_output(content, None)
-

@@ -120,7 +120,7 @@ def test_every_derived_view_agrees_with_the_registries():
     assert [c.cost for c in sorted(CHECKS, key=lambda c: c.cost)][0] == 0
 
 
-# --- seven change scenarios, on a copy of the tree ----------------------------------------------
+# --- eight change scenarios, on a copy of the tree ----------------------------------------------
 
 STAGE_MODULE = '''"""Added by a test: passes on every task with a question, in a funnel row."""
 
@@ -136,14 +136,74 @@ async def run(ctx: RunContext, tasks: Records) -> Records:
     return records
 
 
-STAGE = Stage(name="question_gate", input=Task, input_id=lambda t: t.task_id, output=Task,
+STAGE = Stage(name="question_gate", reads=(Task,), input_id=lambda t: t.task_id, output=Task,
               output_id=lambda t: t.task_id, run=run, funnel="questions_gated",
               about="tasks whose question is not empty")
 '''
+MODEL_STAGE_MODULE = '''"""Added by a test: a model screens each pair's chosen answer, with a
+schema of its own, and the pairs it finds off the question go no further."""
+
+from pydantic import Field
+
+from pipeline.llm.prompts import load_prompt
+from pipeline.llm.types import LLMError
+from pipeline.records import Dropped, Pair, Record
+from pipeline.stages.base import RunContext, Stage, model_stage_done, process_stage
+from pipeline.store import Records
+
+
+class Screen(Record):  # the model's answer: this stage's own schema
+    on_question: bool
+    note: str = ""
+
+
+async def run(ctx: RunContext, pairs: Records) -> Records:
+    prompt = load_prompt("screen_answer")
+
+    async def screen(pair: Pair) -> Pair | Dropped:
+        try:
+            result = await ctx.llm.call(prompt, stage=STAGE.name, model=ctx.cfg.model.judge,
+                                        variables={"question": pair.task.question,
+                                                   "answer": pair.chosen})
+        except LLMError as e:
+            return Dropped(stage=STAGE.name, id=pair.pair_id, reason=f"screen_{e.kind}",
+                           detail=e.detail)
+        if not result.value.on_question:
+            return Dropped(stage=STAGE.name, id=pair.pair_id, reason="screen_off_question",
+                           detail=result.value.note)
+        return pair
+
+    await process_stage(STAGE, pairs, ctx.run_dir, screen)
+    return model_stage_done(STAGE, ctx, pairs)
+
+
+STAGE = Stage(name="answer_screen", reads=(Pair,), input_id=lambda p: p.pair_id, output=Pair,
+              output_id=lambda p: p.pair_id, run=run, role="judge", tasks=("screen_answer",),
+              samples={"screen_answer": {"question": "Q?", "answer": "A."}},
+              funnel="pairs_screened", about="pairs whose chosen answer a model finds on the "
+              "question")
+'''
+SCREEN_PROMPT = {
+    "task": "screen_answer",
+    "version": 1,
+    "description": "Added by a test: is the answer about the question?",
+    "output": "pipeline.stages.answer_screen:Screen",
+    "params": {"temperature": 0.0, "max_tokens": 100},
+    "system": "Say whether the answer addresses the question. Answer with JSON matching "
+    "{{ output_schema }}",
+    "user": "<question>{{ question }}</question>\n<answer>{{ answer }}</answer>",
+}
 CHECK_MODULE = '''"""Added by a test: which answer a judge finds politer, in both orders."""
+
+from typing import Literal
 
 from pipeline.checks.base import Call, Check, Figure
 from pipeline.records import Record
+
+
+class Politer(Record):  # the judge's answer: this check's own schema
+    politer: Literal["A", "B", "tie"]
+    why: str = ""
 
 
 class Settings(Record):
@@ -165,7 +225,8 @@ def calls(pair):
 
 def measure(pair, done, _):
     if {"politeness_ab", "politeness_ba"} <= set(done):
-        return Result(ab=done["politeness_ab"].value.choice, ba=done["politeness_ba"].value.choice)
+        ab, ba = done["politeness_ab"].value, done["politeness_ba"].value
+        return Result(ab=ab.politer, ba=ba.politer)
     return None
 
 
@@ -187,7 +248,7 @@ CHECK_PROMPT = {
     "task": "judge_politeness",
     "version": 1,
     "description": "Added by a test: which answer is politer.",
-    "output": "BlindOutput",
+    "output": "pipeline.checks.politeness:Politer",
     "params": {"temperature": 0.0, "max_tokens": 100},
     "system": "Pick the politer answer, or tie. Answer with JSON matching {{ output_schema }}",
     "user": "<question>{{ question }}</question>\n<answer_a>{{ answer_a }}</answer_a>\n"
@@ -285,7 +346,7 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def test_seven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
+def test_eight_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
     tree = tmp_path / "prb"
     for part in ("pipeline", "prompts", "personas", "configs", "annotation"):
         shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
@@ -299,22 +360,27 @@ def test_seven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url
         else:
             (tree / rel).write_text(text)
 
-    # a stage: its module and its line in the ordered registry
+    # a stage: its module and its name in the stages' registry
     write("stage", "pipeline/stages/question_gate.py", STAGE_MODULE)
     write(
         "stage",
         "pipeline/stages/__init__.py",
-        edit=("    questions.STAGE,\n", "    questions.STAGE,\n    question_gate.STAGE,\n"),
-    )
-    write(
-        "stage",
-        "pipeline/stages/__init__.py",
         edit=(
-            "from pipeline.stages import annotation,",
-            "from pipeline.stages import question_gate\nfrom pipeline.stages import annotation,",
+            '            "questions",\n',
+            '            "questions",\n            "question_gate",\n',
         ),
     )
-    # a judge check: its module (found by itself) and its prompt file
+    # a model-calling stage with its own output schema: its module, its prompt, its name
+    write("model stage", "pipeline/stages/answer_screen.py", MODEL_STAGE_MODULE)
+    write(
+        "model stage", "prompts/screen_answer.yaml", yaml.safe_dump(SCREEN_PROMPT, sort_keys=False)
+    )
+    write(
+        "model stage",
+        "pipeline/stages/__init__.py",
+        edit=('            "pairs",\n', '            "pairs",\n            "answer_screen",\n'),
+    )
+    # a judge check with its own output schema: its module (found by itself) and its prompt
     write("check", "pipeline/checks/politeness.py", CHECK_MODULE)
     write("check", "prompts/judge_politeness.yaml", yaml.safe_dump(CHECK_PROMPT, sort_keys=False))
     # a rejected strategy: its entry in the rejected prompt's table
@@ -332,10 +398,16 @@ def test_seven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url
         "source",
         "pipeline/personas/sources.py",
         edit=(
-            '\n\nSOURCES = Registry("persona_sources", {"library": LibrarySource(), '
-            '"hub": HubSource()})',
-            SOURCE_CLASS + '\n\nSOURCES = Registry("persona_sources", {"library": LibrarySource(), '
-            '"hub": HubSource(), "csv": CsvSource()})',
+            "\n\nSOURCES: Registry[PersonaSource] = Registry(",
+            SOURCE_CLASS + "\n\nSOURCES: Registry[PersonaSource] = Registry(",
+        ),
+    )
+    write(
+        "source",
+        "pipeline/personas/sources.py",
+        edit=(
+            '{"library": LibrarySource(), "hub": HubSource()},',
+            '{"library": LibrarySource(), "hub": HubSource(), "csv": CsvSource()},',
         ),
     )
     # a reward model: its adapter and its line in the kinds table
@@ -344,9 +416,10 @@ def test_seven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url
         "reward model",
         "pipeline/eval/models.py",
         edit=(
-            "\n)})  # fmt: skip",
-            '\n    Kind("shortest", "shorter answer wins", "pipeline.eval.shortest:ShortestRM"),'
-            "\n)})  # fmt: skip",
+            '                extra="hf",\n            ),\n        )\n',
+            '                extra="hf",\n            ),\n'
+            '            Kind("shortest", "shorter answer wins", '
+            '"pipeline.eval.shortest:ShortestRM"),\n        )\n',
         ),
     )
     # a backend: its module and its line in the backends' registry
@@ -355,40 +428,65 @@ def test_seven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url
         "backend",
         "pipeline/llm/backends/__init__.py",
         edit=(
-            '    "anthropic": "pipeline.llm.backends.anthropic:AnthropicBackend",\n',
-            '    "anthropic": "pipeline.llm.backends.anthropic:AnthropicBackend",\n'
-            '    "keyheader": "pipeline.llm.backends.keyheader:KeyHeaderBackend",\n',
+            '        "anthropic": "pipeline.llm.backends.anthropic:AnthropicBackend",\n',
+            '        "anthropic": "pipeline.llm.backends.anthropic:AnthropicBackend",\n'
+            '        "keyheader": "pipeline.llm.backends.keyheader:KeyHeaderBackend",\n',
         ),
     )
     # a probe: one module, found by the probes' package
     write("probe", "pipeline/audit/probes/questions.py", PROBE_MODULE)
-    limits = {"backend": 2, "probe": 1}
-    for scenario, files in touched.items():  # plus this test: at most three files each
-        assert len(files) + 1 <= 3, (scenario, files)
-        assert len(files) <= limits.get(scenario, 3), (scenario, files)
+    # the files each change touches (its test aside)
+    limits = {
+        "stage": 2,  # module + its name in the registry
+        "model stage": 3,  # module (with its output model) + prompt + its name
+        "check": 2,  # module (with its output model) + prompt
+        "strategy": 1,
+        "source": 1,
+        "reward model": 2,
+        "backend": 2,
+        "probe": 1,
+    }
+    assert set(touched) == set(limits)
+    for scenario, files in touched.items():
+        assert len(files) <= limits[scenario], (scenario, files)
 
     users = tmp_path / "users.csv"
     with users.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["user_id", "category", "question", "posts"])
         for i, cat in enumerate(["Arts", "Home", "Civic"] * 2):
-            w.writerow([f"u{i}", cat, f"How do I get better at thing number {i}?",
-                        "I am new to this and on a tight budget. || I only have ten minutes "
-                        "a day. || Please keep it short, no fluff."])  # fmt: skip
+            w.writerow(
+                [
+                    f"u{i}",
+                    cat,
+                    f"How do I get better at thing number {i}?",
+                    "I am new to this and on a tight budget. || I only have ten minutes "
+                    "a day. || Please keep it short, no fluff.",
+                ]
+            )
     config = write_config(
-        tmp_path, sim_url, run_id="changed",
+        tmp_path,
+        sim_url,
+        run_id="changed",
         personas={"source": f"csv:{users}", "per_category": 2},
         generation={"word_budget": 100, "strategies": ["wrong_depth"]},
-        filters={"drop_politeness_gap": False}, model={"provider": "keyheader"},
-    )  # fmt: skip
+        filters={"drop_politeness_gap": False},
+        model={"provider": "keyheader"},
+    )
     data = yaml.safe_load(config.read_text())
     data["personas"].pop("categories", None)  # from the data: Arts, Civic, Home
     config.write_text(yaml.safe_dump(data))
     env = prefect_env(PYTHONPATH=str(tree))
 
     def prb(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=tree, env=env,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", *args],
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     built = prb("build", "--config", str(config))
     assert built.returncode == 0, built.stderr[-3000:]
@@ -402,10 +500,22 @@ def test_seven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url
 
     # the stage: run in its place, in the funnel, the card and the audit
     assert len((run_dir / "question_gate.jsonl").read_text().splitlines()) == 6
-    assert [f["stage"] for f in manifest["funnel"]][:3] == ["personas", "questions",
-                                                            "questions_gated"]  # fmt: skip
+    assert [f["stage"] for f in manifest["funnel"]][:3] == [
+        "personas",
+        "questions",
+        "questions_gated",
+    ]
     assert "`questions_gated`" in card and "tasks whose question is not empty" in card
     assert "questions_gated" in audited.stdout
+    # the model stage: run after the pairs, its calls made through its own schema, its prompt
+    # in the manifest and the fingerprint, and the filters read its pairs
+    screened = (run_dir / "answer_screen.jsonl").read_text().splitlines()
+    assert screened and "pairs_screened" in [f["stage"] for f in manifest["funnel"]]
+    stages_run = [f["stage"] for f in manifest["funnel"]]
+    assert stages_run.index("pairs") < stages_run.index("pairs_screened")
+    assert stages_run.index("pairs_screened") < stages_run.index("filters_kept")
+    assert "screen_answer" in manifest["prompts"] and "prompts.screen_answer" in fingerprint
+    assert "`pairs_screened`" in card
     # the check: its calls made, recorded, released, documented, fingerprinted
     records = [json.loads(x) for x in (run_dir / "filters.jsonl").read_text().splitlines()]
     assert any("politeness" in r["checks"] for r in records)
@@ -423,8 +533,9 @@ def test_seven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url
     assert {r["persona_id"] for r in rows} <= {f"u{i}" for i in range(6)}
     assert any(k.endswith("users.csv") for k in fingerprint)
     # the reward model: on the leaderboard beside the baselines
-    evaluated = prb("eval", str(release), "--config", str(config), "--rm", "shortest",
-                    "--rm", "length")  # fmt: skip
+    evaluated = prb(
+        "eval", str(release), "--config", str(config), "--rm", "shortest", "--rm", "length"
+    )
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     board = (release.parent / "eval" / "leaderboard.csv").read_text()
     assert "shortest/profile" in board and "length/profile" in board
@@ -451,20 +562,34 @@ def test_a_fourth_category_builds_releases_and_shows_everywhere(tmp_path, sim_ur
     new = []
     for i, p in enumerate(base[:3], 1):
         pid = f"st-{i:03d}"
-        profile = [{**item, "id": item["id"].replace(p["persona_id"], pid),
-                    "category": "Science_and_Technology"} for item in p["profile"]]  # fmt: skip
-        new.append({**p, "persona_id": pid, "category": "Science_and_Technology",
-                    "profile": profile})  # fmt: skip
+        profile = [
+            {
+                **item,
+                "id": item["id"].replace(p["persona_id"], pid),
+                "category": "Science_and_Technology",
+            }
+            for item in p["profile"]
+        ]
+        new.append(
+            {**p, "persona_id": pid, "category": "Science_and_Technology", "profile": profile}
+        )
     (lib / "science_and_technology.jsonl").write_text("".join(json.dumps(p) + "\n" for p in new))
-    questions = [{"question_id": f"st-q{i}", "category": "Science_and_Technology",
-                  "question": f"How should I start learning electronics project {i}?"}
-                 for i in range(4)]  # fmt: skip
+    questions = [
+        {
+            "question_id": f"st-q{i}",
+            "category": "Science_and_Technology",
+            "question": f"How should I start learning electronics project {i}?",
+        }
+        for i in range(4)
+    ]
     (qs / "science_and_technology.jsonl").write_text(
         "".join(json.dumps(q) + "\n" for q in questions)
     )
-    config = write_config(tmp_path, sim_url, personas={"library": [str(lib)],
-                                                       "questions": [str(qs)],
-                                                       "per_category": 2})  # fmt: skip
+    config = write_config(
+        tmp_path,
+        sim_url,
+        personas={"library": [str(lib)], "questions": [str(qs)], "per_category": 2},
+    )
     data = yaml.safe_load(config.read_text())
     data["personas"].pop("categories")  # every category of the source
     config.write_text(yaml.safe_dump(data))
@@ -483,8 +608,11 @@ def test_a_fourth_category_builds_releases_and_shows_everywhere(tmp_path, sim_ur
     assert "Science_and_Technology" in {row["category"] for row in report["by_category"]}
     evaluated = subprocess.run(
         [sys.executable, "-m", "pipeline.cli", "eval", str(release), "--rm", "length"],
-        capture_output=True, text=True, timeout=120, env=prefect_env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=prefect_env(),
+    )
     assert evaluated.returncode == 0, evaluated.stderr
     assert "acc_Science_and_Technology" in (release.parent / "eval" / "leaderboard.csv").read_text()
 
@@ -500,8 +628,12 @@ def test_cheap_checks_first_release_the_same_pairs_for_fewer_judge_calls(tmp_pat
     url = sim_factory(degrade_rate=0.5)
     results = {}
     for mode, evaluate_all in (("audit", True), ("cheap", False)):
-        config = write_config(tmp_path / mode, url, personas={"per_category": 3},
-                              filters={"evaluate_all": evaluate_all})  # fmt: skip
+        config = write_config(
+            tmp_path / mode,
+            url,
+            personas={"per_category": 3},
+            filters={"evaluate_all": evaluate_all},
+        )
         results[mode] = build(config)
     audit, cheap = results["audit"], results["cheap"]
 
@@ -513,8 +645,9 @@ def test_cheap_checks_first_release_the_same_pairs_for_fewer_judge_calls(tmp_pat
     assert data(cheap) == data(audit) and cheap["funnel"] == audit["funnel"]
     calls = {m: r["usage"]["filters"]["calls"] for m, r in results.items()}
     assert calls["cheap"] < calls["audit"], calls
-    records = [json.loads(x) for x in
-               (Path(cheap["run_dir"]) / "filters.jsonl").read_text().splitlines()]  # fmt: skip
+    records = [
+        json.loads(x) for x in (Path(cheap["run_dir"]) / "filters.jsonl").read_text().splitlines()
+    ]
     short = [r for r in records if r["pair"]["rejected"] == DEGRADED]
     assert short, "the degraded run must have short rejected answers"
     for r in short:  # dropped by the length check: no judge was asked

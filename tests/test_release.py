@@ -27,12 +27,29 @@ from pipeline.release.publish import diff, verify
 from pipeline.release.schema import FEATURES, file_checksums
 from pipeline.stages.release import write_jsonl
 
-PUBLIC = ["id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen",
-          "rejected"]  # fmt: skip
-PROVENANCE = ["persona_id", "question_id", "rejected_strategy", "rejected_for", "quality",
-              "pair_checks",
-              "would_drop", "annotation", "generator_model", "judge_model",
-              "prompt_versions"]  # fmt: skip
+PUBLIC = [
+    "id",
+    "question",
+    "profile",
+    "rubric_aspects",
+    "narrative",
+    "category",
+    "chosen",
+    "rejected",
+]
+PROVENANCE = [
+    "persona_id",
+    "question_id",
+    "rejected_strategy",
+    "rejected_for",
+    "quality",
+    "pair_checks",
+    "would_drop",
+    "annotation",
+    "generator_model",
+    "judge_model",
+    "prompt_versions",
+]
 CATEGORIES = ["Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture"]
 
 
@@ -44,9 +61,12 @@ def runs(tmp_path_factory, sim_url) -> dict:
 
     def release(name: str, run_id: str, outputs: str, per_category: int = 2) -> Path:
         config = write_config(
-            tmp / name, sim_url, run_id=run_id, outputs_dir=outputs,
+            tmp / name,
+            sim_url,
+            run_id=run_id,
+            outputs_dir=outputs,
             personas={"per_category": per_category},
-        )  # fmt: skip
+        )
         result = build(config)
         calls[name] = sum(u["calls"] for u in result["usage"].values())
         return Path(result["release_dir"])
@@ -142,8 +162,15 @@ def test_card_and_manifest_say_how_it_was_made(runs):
     release = runs["two"]
     card = (release / "README.md").read_text()
     manifest = json.loads((release / "manifest.json").read_text())
-    for heading in ("What it measures", "How the pairs were built", "Models and prompts",
-                    "Filter thresholds", "Annotation", "Known limitations", "Licence"):  # fmt: skip
+    for heading in (
+        "What it measures",
+        "How the pairs were built",
+        "Models and prompts",
+        "Filter thresholds",
+        "Annotation",
+        "Known limitations",
+        "Licence",
+    ):
         assert f"## {heading}" in card
     assert "Simulated build" in card and manifest["simulated"] is True
     for column in FEATURES:
@@ -154,8 +181,16 @@ def test_card_and_manifest_say_how_it_was_made(runs):
         assert prompt["sha256"][:12] in card
     assert manifest["run_id"] == "two"
     # every prompt a build can call, the opt-in counterfactual check's included
-    used = {"planner", "content_plan", "chosen", "rejected", "judge_quality", "judge_adherence",
-            "judge_blind", "rm_pairwise"}  # fmt: skip
+    used = {
+        "planner",
+        "content_plan",
+        "chosen",
+        "rejected",
+        "judge_quality",
+        "judge_adherence",
+        "judge_blind",
+        "rm_pairwise",
+    }
     assert set(manifest["prompts"]) == used
 
 
@@ -207,8 +242,9 @@ def test_verify_catches_a_corrupted_file(runs, tmp_path):
     path.write_bytes(bytes(data))
     (release / "Art_and_Entertainment" / "test.jsonl").write_text("")
     problems = verify(release)
-    assert any(p.startswith("Society_and_Culture/test-00000-of-00001.parquet: SHA-256")
-               for p in problems), problems  # fmt: skip
+    assert any(
+        p.startswith("Society_and_Culture/test-00000-of-00001.parquet: SHA-256") for p in problems
+    ), problems
     assert any(p.startswith("Art_and_Entertainment/test.jsonl: SHA-256") for p in problems)
     assert "Art_and_Entertainment/test.jsonl: rows differ from" in "\n".join(problems)
     result = CliRunner().invoke(app, ["release", "verify", str(release)])
@@ -306,10 +342,22 @@ def test_push_refuses_without_a_token(runs, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING_FACE"))}
     env |= {"HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "release", "push", str(runs["two"]),
-         "--repo", "someone/prb-test", "--allow-simulated"],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "release",
+            "push",
+            str(runs["two"]),
+            "--repo",
+            "someone/prb-test",
+            "--allow-simulated",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")  # one line
     assert "no Hugging Face token" in proc.stderr and "HF_TOKEN" in proc.stderr

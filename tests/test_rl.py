@@ -21,9 +21,11 @@ from pipeline.release.load import load_rows
 pytest.importorskip("trl")
 
 REPO = Path(__file__).resolve().parent.parent
-ITEM = {"question": "How do I start running on a budget?",
-        "profile": [{"id": "p1", "text": "I am a student on a tight budget."}],
-        "response": "Buy cheap shoes on a budget and run three times a week."}  # fmt: skip
+ITEM = {
+    "question": "How do I start running on a budget?",
+    "profile": [{"id": "p1", "text": "I am a student on a tight budget."}],
+    "response": "Buy cheap shoes on a budget and run three times a week.",
+}
 
 
 def free_port() -> int:
@@ -33,18 +35,37 @@ def free_port() -> int:
 
 
 def prb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=prefect_env())  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=prefect_env(),
+    )
 
 
 @pytest.fixture
 def server():
     """`prb reward-server --rm overlap` as a user starts it, on a free port."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "reward-server", "--rm",
-                             "overlap", "--port", str(port), "--max-items", "3"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=prefect_env())  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pipeline.cli",
+            "reward-server",
+            "--rm",
+            "overlap",
+            "--port",
+            str(port),
+            "--max-items",
+            "3",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=prefect_env(),
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -93,21 +114,27 @@ def test_the_trl_and_verl_adapters_call_the_server(server, monkeypatch):
     from pipeline.rl.adapters import RewardServerError, compute_score, trl_reward
 
     reward = trl_reward(server)
-    got = reward(prompts=["p", "p"], completions=[ITEM["response"], [{"role": "assistant",
-                 "content": "Paint the fence."}]], question=[ITEM["question"]] * 2,
-                 profile=["I am a student on a tight budget."] * 2)  # fmt: skip
+    got = reward(
+        prompts=["p", "p"],
+        completions=[ITEM["response"], [{"role": "assistant", "content": "Paint the fence."}]],
+        question=[ITEM["question"]] * 2,
+        profile=["I am a student on a tight budget."] * 2,
+    )
     assert got[0] > 0 and got[1] == 0.0 and reward.__name__ == "prb_reward"
     monkeypatch.setenv("PRB_REWARD_URL", server)
     extra = {"question": ITEM["question"], "profile": "I am a student on a tight budget."}
     assert compute_score("prb", ITEM["response"], None, extra) == pytest.approx(got[0])
     with pytest.raises(RewardServerError, match=r"HTTP 413: 4 items"):
-        trl_reward(server)(prompts=["p"] * 4, completions=["a"] * 4, question=["q"] * 4,
-                           profile=[""] * 4)  # fmt: skip
+        trl_reward(server)(
+            prompts=["p"] * 4, completions=["a"] * 4, question=["q"] * 4, profile=[""] * 4
+        )
 
 
 def test_the_reward_server_refuses_a_pairwise_judge_and_an_unknown_kind():
-    for spec, words in (("judge-pair", "a pairwise judge compares two answers"),
-                        ("nope", "unknown kind 'nope'")):  # fmt: skip
+    for spec, words in (
+        ("judge-pair", "a pairwise judge compares two answers"),
+        ("nope", "unknown kind 'nope'"),
+    ):
         done = prb("reward-server", "--rm", spec, "--port", str(free_port()), timeout=60)
         assert done.returncode == 2 and words in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1
@@ -120,14 +147,36 @@ def test_rl_trains_two_reward_models_and_writes_the_correlation_table(tmp_path, 
     release = Path(build(config)["release_dir"])
     rows, _ = load_rows(release)
     texts = [r[k] for r in rows for k in ("question", "chosen", "rejected")]
-    policy = build_tiny_policy(tmp_path / "policy", texts + [p["text"] for r in rows
-                                                             for p in r["profile"]])  # fmt: skip
-    rl = {"steps": 2, "batch_size": 4, "num_generations": 2, "max_new_tokens": 12,
-          "learning_rate": 0.001, "kl": 0.02, "held_out": 0.34}  # fmt: skip
+    policy = build_tiny_policy(
+        tmp_path / "policy", texts + [p["text"] for r in rows for p in r["profile"]]
+    )
+    rl = {
+        "steps": 2,
+        "batch_size": 4,
+        "num_generations": 2,
+        "max_new_tokens": 12,
+        "learning_rate": 0.001,
+        "kl": 0.02,
+        "held_out": 0.34,
+    }
     run_config = write_config(tmp_path / "c", sim_url, rl=rl)
     out = tmp_path / "eval"
-    done = prb("eval", "rl", str(release), "--policy", str(policy), "--rm", "length", "--rm",
-               "overlap", "--config", str(run_config), "--out", str(out), timeout=600)  # fmt: skip
+    done = prb(
+        "eval",
+        "rl",
+        str(release),
+        "--policy",
+        str(policy),
+        "--rm",
+        "length",
+        "--rm",
+        "overlap",
+        "--config",
+        str(run_config),
+        "--out",
+        str(out),
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "accuracy vs RL gain over 2 models" in done.stdout
     result = json.loads((out / "rl" / "rl.json").read_text())
@@ -153,8 +202,16 @@ def test_rl_trains_two_reward_models_and_writes_the_correlation_table(tmp_path, 
 
 
 def test_rl_refuses_a_policy_that_is_not_a_model_folder(tmp_path):
-    done = prb("eval", "rl", str(tmp_path), "--policy", str(tmp_path / "nothing"), "--rm",
-               "length", timeout=120)  # fmt: skip
+    done = prb(
+        "eval",
+        "rl",
+        str(tmp_path),
+        "--policy",
+        str(tmp_path / "nothing"),
+        "--rm",
+        "length",
+        timeout=120,
+    )
     assert done.returncode == 2, done.stderr
     assert "not a Hugging Face model folder" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -226,6 +283,9 @@ def test_an_llm_judge_behind_the_server_asks_once_per_answer_and_waits_its_turn(
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(6) as pool:
-            codes = list(pool.map(lambda _: client.post("/score", json={"items": [ITEM]})
-                                  .status_code, range(6)))  # fmt: skip
+            codes = list(
+                pool.map(
+                    lambda _: client.post("/score", json={"items": [ITEM]}).status_code, range(6)
+                )
+            )
     assert codes == [200] * 6 and peak == 2

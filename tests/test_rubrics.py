@@ -19,18 +19,27 @@ def task() -> Task:
 
 def test_an_aspect_is_a_cited_requirement_not_a_dimension():
     cited = "[u1-p1] 'lose the first half hour'"
-    assert grounded(RubricAspect(aspect="Fit the plan into a one-hour rehearsal",
-                                 evidence=cited, reason="r"), task())  # fmt: skip
+    assert grounded(
+        RubricAspect(aspect="Fit the plan into a one-hour rehearsal", evidence=cited, reason="r"),
+        task(),
+    )
     for vague in ("tone", "format", "cultural context"):  # what the 1.5B model wrote
         assert not grounded(RubricAspect(aspect=vague, evidence=cited, reason="r"), task())
-    assert not grounded(RubricAspect(aspect="Fit the plan into a one-hour rehearsal",
-                                     evidence="[u9-p9] 'not a post'", reason="r"), task())
+    assert not grounded(
+        RubricAspect(
+            aspect="Fit the plan into a one-hour rehearsal",
+            evidence="[u9-p9] 'not a post'",
+            reason="r",
+        ),
+        task(),
+    )
 
 
 def test_p_yes_reads_the_yes_and_no_tokens_among_the_alternatives():
     def out(*pairs):
-        return YesNoOutput(text="yes", top_logprobs=[TopLogprob(token=t, logprob=lp)
-                                                     for t, lp in pairs])  # fmt: skip
+        return YesNoOutput(
+            text="yes", top_logprobs=[TopLogprob(token=t, logprob=lp) for t, lp in pairs]
+        )
 
     got = out(("yes", math.log(0.6)), (" No", math.log(0.2)), ("The", math.log(0.1)))
     assert abs(got.p_yes - 0.75) < 1e-9  # 0.6 / (0.6 + 0.2): case and spaces ignored
@@ -41,21 +50,36 @@ def test_p_yes_reads_the_yes_and_no_tokens_among_the_alternatives():
 def test_an_aspect_copied_from_the_planner_prompts_example_is_not_used():
     """Qwen2.5-1.5B gave a retired dyer the planner prompt's own example aspects."""
     cited = "[u1-p1] 'lose the first half hour'"
-    for copied in ("Use wiring terms freely, since they are an electrician",
-                   "Keep each step doable in a ten-minute lunch break"):  # fmt: skip
+    for copied in (
+        "Use wiring terms freely, since they are an electrician",
+        "Keep each step doable in a ten-minute lunch break",
+    ):
         assert not grounded(RubricAspect(aspect=copied, evidence=cited, reason="r"), task())
-    assert grounded(RubricAspect(aspect="Keep each step short enough for a tired choir",
-                                 evidence=cited, reason="r"), task())  # fmt: skip
+    assert grounded(
+        RubricAspect(
+            aspect="Keep each step short enough for a tired choir", evidence=cited, reason="r"
+        ),
+        task(),
+    )
 
 
 def test_an_aspect_borrowing_the_examples_words_is_not_used_unless_the_user_wrote_them():
     cited = "[u1-p1] 'lose the first half hour'"
-    borrowed = RubricAspect(aspect="Use simple language, as the user is a marine electrician",
-                            evidence=cited, reason="r")  # fmt: skip
+    borrowed = RubricAspect(
+        aspect="Use simple language, as the user is a marine electrician",
+        evidence=cited,
+        reason="r",
+    )
     assert not grounded(borrowed, task())
-    persona = Persona.model_construct(profile=[ProfileItem(
-        id="u1-p1", category="x", text="I'm an electrician and I lose the first half hour.")])
+    persona = Persona.model_construct(
+        profile=[
+            ProfileItem(
+                id="u1-p1", category="x", text="I'm an electrician and I lose the first half hour."
+            )
+        ]
+    )
     own = Task.model_construct(persona=persona, profile_ids=None, question="How do I sing?")
-    mine = RubricAspect(aspect="Use plain words, since they work as an electrician",
-                        evidence=cited, reason="r")  # fmt: skip
+    mine = RubricAspect(
+        aspect="Use plain words, since they work as an electrician", evidence=cited, reason="r"
+    )
     assert grounded(mine, own)  # the user did write it

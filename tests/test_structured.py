@@ -92,22 +92,52 @@ def test_every_mode_round_trips_through_the_simulator_with_its_own_cache_key(
 @pytest.mark.parametrize(
     ("fmt", "message"),
     [
-        ({"type": "json_schema", "json_schema": {"name": "X", "strict": True,
-          "schema": {"type": "object", "properties": {"a": {"type": "string"}},
-                     "required": ["a"]}}}, "'additionalProperties' is required"),
-        ({"type": "json_schema", "json_schema": {"name": "X", "strict": True,
-          "schema": {"type": "object", "properties": {"a": {"type": "string"}},
-                     "additionalProperties": False, "required": []}}}, "Missing 'a'"),
-        ({"type": "json_schema", "json_schema": {"name": "bad name", "schema": {}}},
-         "json_schema.name"),
+        (
+            {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "X",
+                    "strict": True,
+                    "schema": {
+                        "type": "object",
+                        "properties": {"a": {"type": "string"}},
+                        "required": ["a"],
+                    },
+                },
+            },
+            "'additionalProperties' is required",
+        ),
+        (
+            {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": "X",
+                    "strict": True,
+                    "schema": {
+                        "type": "object",
+                        "properties": {"a": {"type": "string"}},
+                        "additionalProperties": False,
+                        "required": [],
+                    },
+                },
+            },
+            "Missing 'a'",
+        ),
+        (
+            {"type": "json_schema", "json_schema": {"name": "bad name", "schema": {}}},
+            "json_schema.name",
+        ),
         ({"type": "json_object", "schema": "not an object"}, "response_format.schema"),
         ({"type": "grammar"}, "Supported values are"),
     ],
     ids=["open-object", "not-required", "bad-name", "schema-not-object", "unknown-type"],
-)  # fmt: skip
+)
 def test_the_simulator_refuses_a_malformed_response_format_as_openai_does(fmt, message, sim_url):
-    body = {"model": "prb-sim-1", "messages": [{"role": "user", "content": "Hi"}],
-            "response_format": fmt}  # fmt: skip
+    body = {
+        "model": "prb-sim-1",
+        "messages": [{"role": "user", "content": "Hi"}],
+        "response_format": fmt,
+    }
     answer = httpx.post(f"{sim_url}/chat/completions", json=body, timeout=10)
     assert answer.status_code == 400
     error = answer.json()["error"]
@@ -116,8 +146,12 @@ def test_the_simulator_refuses_a_malformed_response_format_as_openai_does(fmt, m
 
 def test_the_mode_is_recorded_in_the_manifest_and_a_build_runs_in_each(tmp_path, sim_url):
     for mode in ("json_object_schema", "none"):
-        config = write_config(tmp_path / mode, sim_url, personas={"per_category": 1},
-                              model={"structured_output": mode})  # fmt: skip
+        config = write_config(
+            tmp_path / mode,
+            sim_url,
+            personas={"per_category": 1},
+            model={"structured_output": mode},
+        )
         result = build(config)
         manifest = json.loads((tmp_path / mode / "outputs/demo/release/manifest.json").read_text())
         assert manifest["config"]["model"]["structured_output"] == mode
@@ -143,8 +177,9 @@ def test_the_evidence_pattern_cannot_swallow_the_end_of_its_string():
     writing keys inside it. The pattern keeps quotes out and still takes a cited quote."""
     import re
 
-    pattern = PlannerOutput.model_json_schema()["$defs"]["RubricAspect"]["properties"][
-        "evidence"]["pattern"]  # fmt: skip
+    pattern = PlannerOutput.model_json_schema()["$defs"]["RubricAspect"]["properties"]["evidence"][
+        "pattern"
+    ]
     assert re.match(pattern, "[u1-p3] 'only ten minutes a day'")
     assert not re.match(pattern, '[u1-p3] quote", "reason": "injected')
     assert not re.match(pattern, "no id first")

@@ -19,8 +19,11 @@ INSTRUCTED = ["ignore_aspects", "wrong_expertise", "wrong_format", "wrong_tone"]
 
 
 def big(tmp: Path, url: str, **changes) -> dict:
-    return build(write_config(tmp, url, personas={"per_category": None,
-                                                  "questions_per_persona": 3}, **changes))
+    return build(
+        write_config(
+            tmp, url, personas={"per_category": None, "questions_per_persona": 3}, **changes
+        )
+    )
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +31,15 @@ def instructed(tmp_path_factory, sim_url):
     """Today's four instruction strategies: the simulator's rejected answers open with other
     styles' sentences, which an answer-only model learns (a real leak, ~0.8)."""
     tmp = tmp_path_factory.mktemp("instructed")
-    gated = big(tmp / "gated", sim_url, generation={"strategies": INSTRUCTED,
-                                                    "rewrite_artifacts": False})  # fmt: skip
-    plain = big(tmp / "plain", sim_url, generation={"strategies": INSTRUCTED},
-                filters={"artifact_gate": False})  # fmt: skip
+    gated = big(
+        tmp / "gated", sim_url, generation={"strategies": INSTRUCTED, "rewrite_artifacts": False}
+    )
+    plain = big(
+        tmp / "plain",
+        sim_url,
+        generation={"strategies": INSTRUCTED},
+        filters={"artifact_gate": False},
+    )
     return gated, plain
 
 
@@ -54,8 +62,9 @@ def test_the_answer_only_probes_read_chance_on_a_release_relabelled_at_random(in
     rows = load_rows(Path(plain["release_dir"]))[0]
     assert len(rows) >= 250
     out = tmp_path / "audit"
-    result = CliRunner().invoke(app, ["audit", plain["release_dir"], "--null", "20",
-                                      "--out", str(out)])  # fmt: skip
+    result = CliRunner().invoke(
+        app, ["audit", plain["release_dir"], "--null", "20", "--out", str(out)]
+    )
     assert result.exit_code == 0, result.output
     report = json.loads((out / "audit.json").read_text())["probes"]
     found = {q["name"]: q for q in report["null"]["probes"]}
@@ -89,7 +98,8 @@ def test_the_artifact_gate_drops_what_an_answer_only_model_reads_before_any_judg
     rows = load_rows(Path(gated["release_dir"]))[0]
     kept = [r["pair_checks"]["artifact_probability"] for r in rows]
     assert None not in kept and statistics.fmean(kept) < min(
-        r["checks"]["artifact"]["probability"] for r in dropped)
+        r["checks"]["artifact"]["probability"] for r in dropped
+    )
     before = probes.classifier_probe(load_rows(Path(plain["release_dir"]))[0])
     assert probes.classifier_probe(rows).value < before.value
     # resumable: the same decisions, nothing asked again
@@ -142,7 +152,8 @@ def test_the_gate_rewrites_a_leaking_rejected_answer_by_persona_swap_before_any_
     rows = load_rows(Path(rewritten["release_dir"]))[0]
     shown = {r["id"]: r["pair_checks"]["artifact_rewritten_from"] for r in rows}
     assert {r["id"] for r in rows if shown[r["id"]]} == {
-        p["pair_id"] for p in done if p["pair_id"] in shown}
+        p["pair_id"] for p in done if p["pair_id"] in shown
+    }
     # what was a leak is no longer read: the release passes where the plain one is leaky
     before = probes.classifier_probe(load_rows(Path(plain["release_dir"]))[0])
     after = probes.classifier_probe(rows)

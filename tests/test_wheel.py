@@ -18,32 +18,77 @@ from conftest import REPO
 
 def test_the_wheel_builds_the_demo_from_another_folder(tmp_path):
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(dist), str(REPO)], check=True, capture_output=True,
-                   timeout=300)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(dist),
+            str(REPO),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     wheel = next(dist.glob("prb-*.whl"))
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()"
-                           "['purelib'])"], capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     (Path(site) / "prb-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
-                    "--no-deps", str(wheel)], check=True, capture_output=True,
-                   timeout=300)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "-q",
+            "--no-deps",
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    where = subprocess.run([str(python), "-c", "import pipeline.paths as p; "
-                            "print(p.IN_CHECKOUT, p.DATA)"], cwd=elsewhere, capture_output=True,
-                           text=True, check=True).stdout.split()  # fmt: skip
+    where = subprocess.run(
+        [str(python), "-c", "import pipeline.paths as p; print(p.IN_CHECKOUT, p.DATA)"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert where[0] == "False" and where[1].startswith(site)  # the wheel's copy, not the checkout
-    env = {"PATH": f"{env_dir / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path),
-           "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-           "DO_NOT_TRACK": "1", "HF_HUB_OFFLINE": "1"}  # fmt: skip
+    env = {
+        "PATH": f"{env_dir / 'bin'}:/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
     (tmp_path / "prefect").mkdir()
-    done = subprocess.run([str(env_dir / "bin" / "prb"), "demo"], cwd=elsewhere, env=env,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [str(env_dir / "bin" / "prb"), "demo"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     release = elsewhere / "outputs" / "demo" / "release"
     manifest = json.loads((release / "manifest.json").read_text())

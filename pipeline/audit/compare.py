@@ -38,8 +38,10 @@ def match(a: list[dict], b: list[dict]) -> tuple[list[tuple[dict, dict]], str]:
     and the question; else (releases that keep different posts of the same users, e.g. one
     only the top-k) the `persona_id` both give and the question. Never the question alone:
     two users asking the same thing are two pairs."""
-    keys = (("user and question", lambda r: (_profile(r), _question(r))),
-            ("persona_id and question", lambda r: (r.get("persona_id"), _question(r))))  # fmt: skip
+    keys = (
+        ("user and question", lambda r: (_profile(r), _question(r))),
+        ("persona_id and question", lambda r: (r.get("persona_id"), _question(r))),
+    )
     for name, key in keys:
         in_b = {key(r): r for r in b if key(r)[0]}
         shared = [(r, in_b[key(r)]) for r in a if key(r)[0] and key(r) in in_b]
@@ -72,8 +74,10 @@ def figures(rows: list[dict]) -> dict:
         "median_length_ratio": _median([b / max(1, a) for a, b in zip(wc, wr, strict=True)]),
         "chosen_longer": _mean([float(a > b) for a, b in zip(wc, wr, strict=True)]),
         "would_keep": _mean([float(not w) for w in would]) if would else None,
-        "checks": {s["key"]: s for s in check_figures.summarize_all(
-            [check_figures.of_row(r) for r in rows])},
+        "checks": {
+            s["key"]: s
+            for s in check_figures.summarize_all([check_figures.of_row(r) for r in rows])
+        },
         "probes": probes.summary(found) if found else None,
     }
 
@@ -122,11 +126,15 @@ def table(report: dict) -> list[list[str]]:
     a, b = report["a"], report["b"]
     out = []
     for label, key, fmt in ROWS:
-        out.append([label] + [show(x[part][key], fmt) for part in ("shared", "all")
-                              for x in (a, b)])  # fmt: skip
+        out.append(
+            [label] + [show(x[part][key], fmt) for part in ("shared", "all") for x in (a, b)]
+        )
     for _, f in check_figures.declared():  # every check's figures a release carries
-        cells = [x[part]["checks"].get(f.key, {}).get("text", "–") for part in ("shared", "all")
-                 for x in (a, b)]  # fmt: skip
+        cells = [
+            x[part]["checks"].get(f.key, {}).get("text", "–")
+            for part in ("shared", "all")
+            for x in (a, b)
+        ]
         if any(c != "–" for c in cells):
             out.append([f"{f.label}", *cells])
     family = {p["name"]: p["family"] for p in (a["all"]["probes"] or {}).get("probes", [])}
@@ -141,11 +149,14 @@ def table(report: dict) -> list[list[str]]:
                 cells.append("–" if not p or p["value"] is None else f"{p['value']:.3f}{flag}")
         out.append([f"{family[name]} probe: {name}"] + cells)
     for part_label, part in (("verdict", "probes"),):
-        out.append([part_label] + [
-            (x[p][part] or {}).get("verdict", "–") for p in ("shared", "all") for x in (a, b)
-        ])  # fmt: skip
-    for key, label in (("of_pairs", "keep rate (released / pairs made)"),
-                       ("of_questions", "keep rate (released / questions)")):  # fmt: skip
+        out.append(
+            [part_label]
+            + [(x[p][part] or {}).get("verdict", "–") for p in ("shared", "all") for x in (a, b)]
+        )
+    for key, label in (
+        ("of_pairs", "keep rate (released / pairs made)"),
+        ("of_questions", "keep rate (released / questions)"),
+    ):
         cells = [show((x["keep"] or {}).get(key), "{:.3f}") for x in (a, b)]
         out.append([label, "", "", *cells])
     return out
@@ -160,8 +171,7 @@ def plot(report: dict, rows_a: list[dict], rows_b: list[dict], out: Path) -> dic
     names = (report["a"]["name"], report["b"]["name"])
     fig, ax = plt.subplots(figsize=(7, 3))
     for rows, name, color in ((rows_a, names[0], "#4c72b0"), (rows_b, names[1], "#dd8452")):
-        ratios = [word_count(r["rejected"]) / max(1, word_count(r["chosen"]))
-                  for r in rows]  # fmt: skip
+        ratios = [word_count(r["rejected"]) / max(1, word_count(r["chosen"])) for r in rows]
         ax.hist(ratios, bins=25, alpha=0.55, label=name, color=color)
     ax.axvspan(*probes.LENGTH_BAND, color="#55a868", alpha=0.12, label="0.85-1.15")
     ax.set_xlabel("rejected words / chosen words (shared pairs)")
@@ -172,17 +182,22 @@ def plot(report: dict, rows_a: list[dict], rows_b: list[dict], out: Path) -> dic
     plt.close(fig)
 
     found = [
-        {p["name"]: p for p in (report[x]["shared"]["probes"] or {}).get("probes", [])
-         if p["kind"] == "accuracy" and p["value"] is not None}
+        {
+            p["name"]: p
+            for p in (report[x]["shared"]["probes"] or {}).get("probes", [])
+            if p["kind"] == "accuracy" and p["value"] is not None
+        }
         for x in ("a", "b")
-    ]  # fmt: skip
+    ]
     shown = [n for n in found[0] if n in found[1]]
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(shown) + 1.2))
     for k, (f, name, color) in enumerate(zip(found, names, ("#4c72b0", "#dd8452"), strict=True)):
         ys = [i + (k - 0.5) * 0.38 for i in range(len(shown))]
         vals = [f[n]["value"] for n in shown]
-        err = [[max(0.0, f[n]["value"] - f[n]["low"]) for n in shown],
-               [max(0.0, f[n]["high"] - f[n]["value"]) for n in shown]]  # fmt: skip
+        err = [
+            [max(0.0, f[n]["value"] - f[n]["low"]) for n in shown],
+            [max(0.0, f[n]["high"] - f[n]["value"]) for n in shown],
+        ]
         ax.barh(ys, vals, height=0.36, color=color, alpha=0.8, label=name)
         ax.errorbar(vals, ys, xerr=err, fmt="none", ecolor="black", capsize=2)
     ax.axvline(0.5, color="grey", ls=":", lw=1)
@@ -199,8 +214,11 @@ def plot(report: dict, rows_a: list[dict], rows_b: list[dict], out: Path) -> dic
 
 
 def release_name(spec: str) -> str:
-    parts = [Path(p).stem for p in Path(spec.removeprefix("hf:")).parts
-             if p not in ("/", ".", "..", "release")]  # fmt: skip
+    parts = [
+        Path(p).stem
+        for p in Path(spec.removeprefix("hf:")).parts
+        if p not in ("/", ".", "..", "release")
+    ]
     return parts[-1] if parts else spec or "release"
 
 
@@ -209,17 +227,27 @@ def compare(spec_a: str, spec_b: str, out: Path) -> dict:
     rows_b, info_b = load_rows(spec_b)
     shared, matched_on = match(rows_a, rows_b)
     report = {"matched_on": matched_on, "shared": len(shared)}
-    for side, spec, rows, info, pick in (("a", spec_a, rows_a, info_a, 0),
-                                         ("b", spec_b, rows_b, info_b, 1)):  # fmt: skip
-        report[side] = {"name": release_name(str(spec)), "source": info["source"],
-                        "all": figures(rows), "shared": figures([s[pick] for s in shared]),
-                        "keep": keep_rates(str(spec)), "warnings": info["warnings"]}  # fmt: skip
+    for side, spec, rows, info, pick in (
+        ("a", spec_a, rows_a, info_a, 0),
+        ("b", spec_b, rows_b, info_b, 1),
+    ):
+        report[side] = {
+            "name": release_name(str(spec)),
+            "source": info["source"],
+            "all": figures(rows),
+            "shared": figures([s[pick] for s in shared]),
+            "keep": keep_rates(str(spec)),
+            "warnings": info["warnings"],
+        }
         if (report[side]["keep"] or {}).get("filters_mode", "record") != "record":
             for part in ("all", "shared"):  # a release that dropped: would_drop is always empty
                 report[side][part]["would_keep"] = None
     report["table"] = table(report)
-    report["plots"] = plot(report, [s[0] for s in shared], [s[1] for s in shared],
-                           out / "plots") if shared else {}  # fmt: skip
+    report["plots"] = (
+        plot(report, [s[0] for s in shared], [s[1] for s in shared], out / "plots")
+        if shared
+        else {}
+    )
     for name in ("compare.md", "report.html"):
         template = "compare.md.j2" if name.endswith(".md") else "compare.html.j2"
         with atomic_write(out / name) as f:

@@ -65,8 +65,17 @@ def summarize(figure: Figure, values: Iterable[Any]) -> dict:
     """The figure over pairs: value (and for `share` its Wilson interval and k/n; for `sides`
     each side's mean), how many pairs it rests on, its text, and whether it is out of line."""
     vals = [v for v in values if v is not None]
-    out = {"key": figure.key, "label": figure.label, "summary": figure.summary, "pairs": len(vals),
-           "value": None, "low": None, "high": None, "text": "–", "warn": False}  # fmt: skip
+    out = {
+        "key": figure.key,
+        "label": figure.label,
+        "summary": figure.summary,
+        "pairs": len(vals),
+        "value": None,
+        "low": None,
+        "high": None,
+        "text": "–",
+        "warn": False,
+    }
     if not vals:
         return out
     if figure.summary == "share":
@@ -75,13 +84,16 @@ def summarize(figure: Figure, values: Iterable[Any]) -> dict:
         if n:
             lo, hi = wilson(k, n)
             out.update(value=round(k / n, 4), low=round(lo, 4), high=round(hi, 4))
-            out["text"] = (f"{figure.fmt.format(k / n)} [{figure.fmt.format(lo)}, "
-                           f"{figure.fmt.format(hi)}] ({k}/{n})")  # fmt: skip
+            out["text"] = (
+                f"{figure.fmt.format(k / n)} [{figure.fmt.format(lo)}, "
+                f"{figure.fmt.format(hi)}] ({k}/{n})"
+            )
     elif figure.summary == "sides":
         chosen = statistics.fmean(float(v[0]) for v in vals)
         rejected = statistics.fmean(float(v[1]) for v in vals)
-        out.update(chosen=round(chosen, 4), rejected=round(rejected, 4),
-                   value=round(chosen - rejected, 4))  # fmt: skip
+        out.update(
+            chosen=round(chosen, 4), rejected=round(rejected, 4), value=round(chosen - rejected, 4)
+        )
         out["text"] = f"chosen {figure.fmt.format(chosen)}, rejected {figure.fmt.format(rejected)}"
     else:
         pick = statistics.median if figure.summary == "median" else statistics.fmean
@@ -111,7 +123,9 @@ def warnings(subset: str, summaries: list[dict]) -> list[str]:
             f = by_key[s["key"]]
             lo, hi = f.expect
             where = f.fmt.format(lo) if lo == hi else f"{f.fmt.format(lo)}–{f.fmt.format(hi)}"
-            out.append(f"{s['label']} on {subset} pairs: {s['text']}, "
-                       f"{'its interval excludes' if s['summary'] == 'share' else 'outside'} "
-                       f"{where}: {f.warning}")  # fmt: skip
+            out.append(
+                f"{s['label']} on {subset} pairs: {s['text']}, "
+                f"{'its interval excludes' if s['summary'] == 'share' else 'outside'} "
+                f"{where}: {f.warning}"
+            )
     return out

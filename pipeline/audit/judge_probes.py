@@ -40,16 +40,21 @@ AWARE = 0.9  # the persona-aware judge should reach this: below it, pairs miss t
 def _users(rows: list[dict]) -> tuple[dict, dict]:
     """Each row's user, and the contrasting user the counterfactual probe swaps in."""
     users = {
-        r["id"]: User(key=user_key(r), category=str(r["category"]),
-                      aspects=user_context(r, "aspects"), levels={},
-                      profile=user_context(r, "profile"))
+        r["id"]: User(
+            key=user_key(r),
+            category=str(r["category"]),
+            aspects=user_context(r, "aspects"),
+            levels={},
+            profile=user_context(r, "profile"),
+        )
         for r in rows
-    }  # fmt: skip
+    }
     other = contrasts(users)
     # persona_swap rows name the user their rejected answer was written for: the contrast
     by_persona = {u.key: u for u in users.values()}
-    other |= {r["id"]: by_persona[r["rejected_for"]] for r in rows
-              if r.get("rejected_for") in by_persona}  # fmt: skip
+    other |= {
+        r["id"]: by_persona[r["rejected_for"]] for r in rows if r.get("rejected_for") in by_persona
+    }
     return users, other
 
 
@@ -66,9 +71,13 @@ async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
 
     async def ask(ctx: str, q: str, a: str, b: str) -> str | None:
         try:
-            result = await llm.call(prompt, stage="audit", model=model, fit="user_context",
-                                    variables={"user_context": ctx, "question": q,
-                                               "answer_a": a, "answer_b": b})  # fmt: skip
+            result = await llm.call(
+                prompt,
+                stage="audit",
+                model=model,
+                fit="user_context",
+                variables={"user_context": ctx, "question": q, "answer_a": a, "answer_b": b},
+            )
             return result.value.choice
         except PermanentLLMError:
             raise
@@ -78,10 +87,15 @@ async def run(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
     async def one(r: dict) -> dict:
         q, c, j = r["question"], r["chosen"], r["rejected"]
         contexts = _contexts(r, users, other)
-        verdicts = await asyncio.gather(*(ask(ctx, q, *ans) for ctx in contexts.values()
-                                          for ans in ((c, j), (j, c))))  # fmt: skip
-        return {f"{who}_{order}": v for (who, order), v in zip(
-            [(w, o) for w in contexts for o in ("ab", "ba")], verdicts, strict=True)}  # fmt: skip
+        verdicts = await asyncio.gather(
+            *(ask(ctx, q, *ans) for ctx in contexts.values() for ans in ((c, j), (j, c)))
+        )
+        return {
+            f"{who}_{order}": v
+            for (who, order), v in zip(
+                [(w, o) for w in contexts for o in ("ab", "ba")], verdicts, strict=True
+            )
+        }
 
     answers = await asyncio.gather(*(one(r) for r in rows))
     found = [aware(answers, seed), *blind(answers, seed), counterfactual(answers)]
@@ -95,7 +109,8 @@ def aware(answers: list[dict], seed: int = 0) -> Probe:
     interval's upper end is below 0.9: the pairs do not encode what the user wants."""
     about = "a pairwise judge with the user's profile, both orders (should be high)"
     scores = [POINTS[a["true_ab"]] for a in answers if a.get("true_ab")] + [
-        1.0 - POINTS[a["true_ba"]] for a in answers if a.get("true_ba")]
+        1.0 - POINTS[a["true_ba"]] for a in answers if a.get("true_ba")
+    ]
     found = rule("judge, persona-aware", about, scores, seed)
     if found.value is not None:  # flagged when too low, not when far from 0.5
         found.leak = found.high < AWARE
@@ -119,13 +134,20 @@ def blind(answers: list[dict], seed: int = 0) -> list[Probe]:
 
 
 def counterfactual(answers: list[dict]) -> Probe:
-    about = ("of the pairs the judge favours chosen under the user's profile, the share that "
-             "keeps that advantage under a contrasting user's profile (not personal)")  # fmt: skip
-    decided = [a for a in answers if all(a.get(k) for k in ("true_ab", "true_ba", "contrast_ab",
-                                                            "contrast_ba"))]  # fmt: skip
+    about = (
+        "of the pairs the judge favours chosen under the user's profile, the share that "
+        "keeps that advantage under a contrasting user's profile (not personal)"
+    )
+    decided = [
+        a
+        for a in answers
+        if all(a.get(k) for k in ("true_ab", "true_ba", "contrast_ab", "contrast_ba"))
+    ]
     favoured = [a for a in decided if advantage(a["true_ab"], a["true_ba"]) > 1.0]
-    survives = [advantage(a["contrast_ab"], a["contrast_ba"]) >= advantage(a["true_ab"],
-                a["true_ba"]) for a in favoured]  # fmt: skip
+    survives = [
+        advantage(a["contrast_ab"], a["contrast_ba"]) >= advantage(a["true_ab"], a["true_ba"])
+        for a in favoured
+    ]
     return survival("judge, counterfactual: survives the swap", about, survives)
 
 
@@ -136,8 +158,7 @@ def survival(name: str, about: str, survives: list[bool]) -> Probe:
         return Probe(name, None, None, None, 0, about, kind="share")
     k, n = sum(survives), len(survives)
     lo, hi = wilson(k, n)
-    return Probe(name, k / n, float(lo), float(hi), n, about, leak=float(lo) > 0.5,
-                 kind="share")  # fmt: skip
+    return Probe(name, k / n, float(lo), float(hi), n, about, leak=float(lo) > 0.5, kind="share")
 
 
 async def position_free(rows: list[dict], llm, model: str, seed: int = 0) -> list[Probe]:
@@ -149,9 +170,13 @@ async def position_free(rows: list[dict], llm, model: str, seed: int = 0) -> lis
 
     async def p_yes(ctx: str, q: str, answer: str) -> float | None:
         try:
-            result = await llm.call(prompt, stage="audit", model=model, fit="user_context",
-                                    variables={"user_context": ctx, "question": q,
-                                               "answer": answer})  # fmt: skip
+            result = await llm.call(
+                prompt,
+                stage="audit",
+                model=model,
+                fit="user_context",
+                variables={"user_context": ctx, "question": q, "answer": answer},
+            )
             return result.value.p_yes
         except PermanentLLMError:
             raise
@@ -160,31 +185,57 @@ async def position_free(rows: list[dict], llm, model: str, seed: int = 0) -> lis
 
     async def one(r: dict) -> dict[str, float | None]:
         contexts = _contexts(r, users, other)
-        got = await asyncio.gather(*(p_yes(ctx, r["question"], a) for ctx in contexts.values()
-                                     for a in (r["chosen"], r["rejected"])))  # fmt: skip
+        got = await asyncio.gather(
+            *(
+                p_yes(ctx, r["question"], a)
+                for ctx in contexts.values()
+                for a in (r["chosen"], r["rejected"])
+            )
+        )
         pairs = zip(got[::2], got[1::2], strict=True)
-        return {who: None if c is None or j is None else c - j
-                for who, (c, j) in zip(contexts, pairs, strict=True)}  # fmt: skip
+        return {
+            who: None if c is None or j is None else c - j
+            for who, (c, j) in zip(contexts, pairs, strict=True)
+        }
 
     margins = await asyncio.gather(*(one(r) for r in rows))
 
     def won(who: str) -> list[float]:
-        return [1.0 if m[who] > 0 else 0.0 if m[who] < 0 else 0.5
-                for m in margins if m.get(who) is not None]  # fmt: skip
+        return [
+            1.0 if m[who] > 0 else 0.0 if m[who] < 0 else 0.5
+            for m in margins
+            if m.get(who) is not None
+        ]
 
-    found = rule("judge, persona-aware, position-free", "each answer alone with the user's "
-                 "profile: P(yes) from logprobs, chosen higher (should be high)", won("true"),
-                 seed)  # fmt: skip
+    found = rule(
+        "judge, persona-aware, position-free",
+        "each answer alone with the user's "
+        "profile: P(yes) from logprobs, chosen higher (should be high)",
+        won("true"),
+        seed,
+    )
     if found.value is not None:
         found.leak = found.high < AWARE
-    blind_probe = rule("judge, persona-blind, position-free", "each answer alone without the "
-                       "user: P(yes) from logprobs, chosen higher", won("blind"), seed)
-    about = ("of the pairs where chosen's P(yes) is higher under the user's profile, the share "
-             "whose margin is as large under a contrasting user's (not personal)")  # fmt: skip
-    favoured = [m for m in margins if m.get("true") is not None and m["true"] > 0
-                and m.get("contrast") is not None]  # fmt: skip
-    swap = survival("judge, counterfactual, position-free: survives the swap", about,
-                    [m["contrast"] >= m["true"] for m in favoured])
+    blind_probe = rule(
+        "judge, persona-blind, position-free",
+        "each answer alone without the user: P(yes) from logprobs, chosen higher",
+        won("blind"),
+        seed,
+    )
+    about = (
+        "of the pairs where chosen's P(yes) is higher under the user's profile, the share "
+        "whose margin is as large under a contrasting user's (not personal)"
+    )
+    favoured = [
+        m
+        for m in margins
+        if m.get("true") is not None and m["true"] > 0 and m.get("contrast") is not None
+    ]
+    swap = survival(
+        "judge, counterfactual, position-free: survives the swap",
+        about,
+        [m["contrast"] >= m["true"] for m in favoured],
+    )
     out = [found, blind_probe, swap]
     for p in out:
         p.family = "judge"

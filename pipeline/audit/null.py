@@ -28,8 +28,10 @@ NARROW = 0.01  # a binomial tail of excluded copies below this: the interval is 
 def relabelled(rows: list[dict], seed: int) -> list[dict]:
     """A fair coin per pair swaps chosen and rejected: no signal is left."""
     rng = random.Random(seed)
-    return [dict(r, chosen=r["rejected"], rejected=r["chosen"]) if rng.random() < 0.5 else r
-            for r in rows]  # fmt: skip
+    return [
+        dict(r, chosen=r["rejected"], rejected=r["chosen"]) if rng.random() < 0.5 else r
+        for r in rows
+    ]
 
 
 def tested(p: Probe) -> bool:
@@ -51,17 +53,26 @@ def null_test(rows: list[dict], observed: list[Probe], runs: int, seed: int = 0)
             continue
         far = sum(abs(v - 0.5) >= abs(p.value - 0.5) for v in found)
         miss = excluded[p.name]
-        out.append({
-            "name": p.name, "runs": len(found), "mean": statistics.fmean(found),
-            "sd": statistics.stdev(found) if len(found) > 1 else None,
-            "excluded": miss, "observed": p.value, "p": (1 + far) / (1 + len(found)),
-            "narrow": bool(binom.sf(miss - 1, len(found), NOMINAL) < NARROW),
-        })  # fmt: skip
+        out.append(
+            {
+                "name": p.name,
+                "runs": len(found),
+                "mean": statistics.fmean(found),
+                "sd": statistics.stdev(found) if len(found) > 1 else None,
+                "excluded": miss,
+                "observed": p.value,
+                "p": (1 + far) / (1 + len(found)),
+                "narrow": bool(binom.sf(miss - 1, len(found), NOMINAL) < NARROW),
+            }
+        )
     return {"runs": runs, "seed": seed, "nominal": NOMINAL, "probes": out}
 
 
 def warnings(null: dict | None) -> list[str]:
-    return [f"null test: {q['name']}'s 95% interval excluded 0.5 on {q['excluded']} of "
-            f"{q['runs']} relabelled copies (about {NOMINAL * q['runs']:.0f} expected): too "
-            "narrow on this release; read its flag with its permutation p-value"
-            for q in (null or {}).get("probes", []) if q["narrow"]]  # fmt: skip
+    return [
+        f"null test: {q['name']}'s 95% interval excluded 0.5 on {q['excluded']} of "
+        f"{q['runs']} relabelled copies (about {NOMINAL * q['runs']:.0f} expected): too "
+        "narrow on this release; read its flag with its permutation p-value"
+        for q in (null or {}).get("probes", [])
+        if q["narrow"]
+    ]

@@ -109,9 +109,17 @@ def funnel(data: RunData) -> list[dict]:
 
 def pair_rows(records: list[FilterRecord]) -> list[dict]:
     """Each judged pair: who it is, whether it was kept, and every check's figures."""
-    return [{"pair_id": f.pair.pair_id, "category": f.pair.task.category,
-             "strategy": f.pair.rejected_strategy, "kept": f.kept, "reasons": f.reasons,
-             "figures": figures.of_record(f)} for f in records]  # fmt: skip
+    return [
+        {
+            "pair_id": f.pair.pair_id,
+            "category": f.pair.task.category,
+            "strategy": f.pair.rejected_strategy,
+            "kept": f.kept,
+            "reasons": f.reasons,
+            "figures": figures.of_record(f),
+        }
+        for f in records
+    ]
 
 
 def breakdown(rows: list[dict], by: str) -> list[dict]:
@@ -123,10 +131,18 @@ def breakdown(rows: list[dict], by: str) -> list[dict]:
     for key, g in sorted(groups.items()):
         reasons = Counter(r for row in g for r in row["reasons"])
         kept = sum(row["kept"] for row in g)
-        out.append({by: key, "pairs": len(g), "kept": kept, "keep_rate": round(kept / len(g), 3),
-                    "figures": {s["key"]: s for s in
-                                figures.summarize_all([row["figures"] for row in g])},
-                    "top_reason": reasons.most_common(1)[0][0] if reasons else ""})  # fmt: skip
+        out.append(
+            {
+                by: key,
+                "pairs": len(g),
+                "kept": kept,
+                "keep_rate": round(kept / len(g), 3),
+                "figures": {
+                    s["key"]: s for s in figures.summarize_all([row["figures"] for row in g])
+                },
+                "top_reason": reasons.most_common(1)[0][0] if reasons else "",
+            }
+        )
     return out
 
 
@@ -146,11 +162,23 @@ def worst_pairs(records: list[FilterRecord], n: int = WORST_N) -> list[dict]:
     out = []
     for f in ranked:
         values = figures.of_record(f)
-        out.append({"pair_id": f.pair.pair_id, "severity": severity(f), "kept": f.kept,
-                    "reasons": f.reasons, "flags": f.flags, "strategy": f.pair.rejected_strategy,
-                    "category": f.pair.task.category, "link": f"records/{f.pair.pair_id}.json",
-                    "figures": {fig.label: figures.show(fig, values[fig.key])
-                                for fig in shown if fig.key in values}})  # fmt: skip
+        out.append(
+            {
+                "pair_id": f.pair.pair_id,
+                "severity": severity(f),
+                "kept": f.kept,
+                "reasons": f.reasons,
+                "flags": f.flags,
+                "strategy": f.pair.rejected_strategy,
+                "category": f.pair.task.category,
+                "link": f"records/{f.pair.pair_id}.json",
+                "figures": {
+                    fig.label: figures.show(fig, values[fig.key])
+                    for fig in shown
+                    if fig.key in values
+                },
+            }
+        )
     return out
 
 
@@ -186,27 +214,47 @@ def _plots(data: RunData, rows: list[dict], report: dict, out: Path) -> dict[str
     save(fig, "funnel.png")
 
     for check in CHECKS:  # one plot per check: a panel per figure it declares for plotting
-        shown = [f for f in check.figures if f.plot and f.summary != "share"
-                 and any(row["figures"].get(f.key) is not None for row in rows)]  # fmt: skip
+        shown = [
+            f
+            for f in check.figures
+            if f.plot
+            and f.summary != "share"
+            and any(row["figures"].get(f.key) is not None for row in rows)
+        ]
         if not shown:
             continue
         settings = check.settings.model_validate(
-            data.thresholds.model_dump(include=set(check.settings.model_fields)))
+            data.thresholds.model_dump(include=set(check.settings.model_fields))
+        )
         fig, axes = plt.subplots(1, len(shown), figsize=(3.2 * len(shown) + 1, 3), squeeze=False)
         for ax, f in zip(axes[0], shown, strict=True):
             values = [(row["figures"].get(f.key), row["kept"]) for row in rows]
             values = [(v, kept) for v, kept in values if v is not None]
             if f.summary == "sides":  # side by side, so equal distributions show as twin bars
-                ax.hist([[float(v[0]) for v, _ in values], [float(v[1]) for v, _ in values]],
-                        bins=12, range=f.span, label=["chosen", "rejected"],
-                        color=["#55a868", "#c44e52"])
+                ax.hist(
+                    [[float(v[0]) for v, _ in values], [float(v[1]) for v, _ in values]],
+                    bins=12,
+                    range=f.span,
+                    label=["chosen", "rejected"],
+                    color=["#55a868", "#c44e52"],
+                )
             else:
-                edges = list(np.histogram_bin_edges(
-                    [float(v) for v, _ in values], bins=30, range=f.span))
-                ax.hist([float(v) for v, _ in values], bins=edges, color="#8172b2", alpha=0.5,
-                        label="all judged")
-                ax.hist([float(v) for v, kept in values if kept], bins=edges, color="#8172b2",
-                        label="kept")
+                edges = list(
+                    np.histogram_bin_edges([float(v) for v, _ in values], bins=30, range=f.span)
+                )
+                ax.hist(
+                    [float(v) for v, _ in values],
+                    bins=edges,
+                    color="#8172b2",
+                    alpha=0.5,
+                    label="all judged",
+                )
+                ax.hist(
+                    [float(v) for v, kept in values if kept],
+                    bins=edges,
+                    color="#8172b2",
+                    label="kept",
+                )
             if f.expect and f.expect[0] < f.expect[1]:
                 ax.axvspan(*f.expect, color="#55a868", alpha=0.12, label="expected")
             for x in f.lines(settings):
@@ -224,8 +272,12 @@ def _plots(data: RunData, rows: list[dict], report: dict, out: Path) -> dict[str
         names = [g[by].replace("_and_", " & ").replace("_", " ") for g in groups]
         width = 0.8 / (1 + len(shares))
         xs = range(len(groups))
-        ax.bar([x - 0.4 + width / 2 for x in xs], [g["keep_rate"] for g in groups], width,
-               label="keep rate")
+        ax.bar(
+            [x - 0.4 + width / 2 for x in xs],
+            [g["keep_rate"] for g in groups],
+            width,
+            label="keep rate",
+        )
         for i, f in enumerate(shares, 1):
             found = [g["figures"].get(f.key) for g in groups]
             xi = [x - 0.4 + width * (i + 0.5) for x in xs]
@@ -252,8 +304,13 @@ def rubric_agreement(rubrics: list[RubricRecord]) -> dict | None:
         return None
     of = sum(a.of for a in found)
     hit = sum(a.found for a in found)
-    return {"found": hit, "of": of, "share": round(hit / of, 3) if of else None,
-            "tasks": len(found), "all_found": sum(a.found == a.of for a in found)}  # fmt: skip
+    return {
+        "found": hit,
+        "of": of,
+        "share": round(hit / of, 3) if of else None,
+        "tasks": len(found),
+        "all_found": sum(a.found == a.of for a in found),
+    }
 
 
 def recipe(data: RunData) -> dict:
@@ -266,7 +323,7 @@ def recipe(data: RunData) -> dict:
             "planner": "derived by the planner",
             "imported": "the users' own (imported)",
             "both": "the users' own (imported), the planner's recorded beside",
-        }[cfg.get("rubrics", {}).get("source", "planner")],  # fmt: skip
+        }[cfg.get("rubrics", {}).get("source", "planner")],
         "top_k": cfg.get("profile", {}).get("top_k"),
         "record_only": cfg.get("filters", {}).get("mode") == "record",
         "would_drop": dict(would.most_common()),
@@ -278,17 +335,25 @@ def recipe(data: RunData) -> dict:
 def figure_table(found: dict[str, list[dict]]) -> list[dict]:
     """One line per figure: its text over all judged pairs and over the kept ones."""
     kept = {s["key"]: s for s in found["kept"]}
-    return [{"label": s["label"], "warn": s["warn"] or kept.get(s["key"], {}).get("warn", False),
-             "all": s["text"], "all_pairs": s["pairs"],
-             "kept": kept.get(s["key"], {}).get("text", "–"),
-             "kept_pairs": kept.get(s["key"], {}).get("pairs", 0)}
-            for s in found["all judged"]]  # fmt: skip
+    return [
+        {
+            "label": s["label"],
+            "warn": s["warn"] or kept.get(s["key"], {}).get("warn", False),
+            "all": s["text"],
+            "all_pairs": s["pairs"],
+            "kept": kept.get(s["key"], {}).get("text", "–"),
+            "kept_pairs": kept.get(s["key"], {}).get("pairs", 0),
+        }
+        for s in found["all judged"]
+    ]
 
 
 def compute(data: RunData, rows: list[dict], worst_n: int = WORST_N) -> dict:
     """Every figure of the report; `rows` are `pair_rows(data.filters)`."""
-    found = {"all judged": figures.summarize_all([r["figures"] for r in rows]),
-             "kept": figures.summarize_all([r["figures"] for r in rows if r["kept"]])}  # fmt: skip
+    found = {
+        "all judged": figures.summarize_all([r["figures"] for r in rows]),
+        "kept": figures.summarize_all([r["figures"] for r in rows if r["kept"]]),
+    }
     return {
         "run_id": data.run_dir.name,
         "run_dir": str(data.run_dir),
@@ -298,8 +363,11 @@ def compute(data: RunData, rows: list[dict], worst_n: int = WORST_N) -> dict:
         "figures": found,
         "figure_table": figure_table(found),
         # the figures the breakdown tables show, one column each
-        "columns": [[s["key"], s["label"]] for s in found["all judged"]
-                    if s["key"] in figures.in_breakdowns()],
+        "columns": [
+            [s["key"], s["label"]]
+            for s in found["all judged"]
+            if s["key"] in figures.in_breakdowns()
+        ],
         "warnings": [w for subset, f in found.items() for w in figures.warnings(subset, f)],
         "by_strategy": breakdown(rows, "strategy"),
         "by_category": breakdown(rows, "category"),
@@ -335,19 +403,25 @@ def probe_report(rows: list[dict], plots: Path, judge=None, null: int = 0) -> di
     plots.mkdir(parents=True, exist_ok=True)
     probes.plot(results, plots / "probes.png")
     probes.plot_lengths(rows, plots / "lengths.png")
-    return {**probes.summary(results),
-            "null": null_test(rows, results, null) if null else None,
-            "plots": {"probes": "plots/probes.png", "lengths": "plots/lengths.png"}}  # fmt: skip
+    return {
+        **probes.summary(results),
+        "null": null_test(rows, results, null) if null else None,
+        "plots": {"probes": "plots/probes.png", "lengths": "plots/lengths.png"},
+    }
 
 
 def probe_warnings(summary: dict) -> list[str]:
     if summary["verdict"] == "too few pairs":
-        return [f"no verdict: {summary['pairs']} pairs, and the probes need at least "
-                f"{summary['min_pairs']} to give one"]  # fmt: skip
-    return ([f"leakage probe: {name}" for name in summary["leaks"]]
-            + [f"floor probe (easy): {name}" for name in summary["easy_by"]]
-            + [f"judge probe: {name}" for name in summary["judge_flags"]]
-            + null_warnings(summary.get("null")))  # fmt: skip
+        return [
+            f"no verdict: {summary['pairs']} pairs, and the probes need at least "
+            f"{summary['min_pairs']} to give one"
+        ]
+    return (
+        [f"leakage probe: {name}" for name in summary["leaks"]]
+        + [f"floor probe (easy): {name}" for name in summary["easy_by"]]
+        + [f"judge probe: {name}" for name in summary["judge_flags"]]
+        + null_warnings(summary.get("null"))
+    )
 
 
 def is_run(target: str | Path) -> bool:
@@ -361,12 +435,18 @@ def is_run(target: str | Path) -> bool:
 def write_release_report(spec: str | Path, out: Path, judge=None, null: int = 0) -> Path:
     """`prb audit` on any release in the public schema (not a prb run): the leakage probes."""
     rows, info = load_rows(spec)
-    report = {**info, "pairs": len(rows), "users": len({user_key(r) for r in rows}),
-              "by_category": dict(sorted(Counter(str(r["category"]) for r in rows).items())),
-              "probes": probe_report(rows, out / "plots", judge, null)}  # fmt: skip
+    report = {
+        **info,
+        "pairs": len(rows),
+        "users": len({user_key(r) for r in rows}),
+        "by_category": dict(sorted(Counter(str(r["category"]) for r in rows).items())),
+        "probes": probe_report(rows, out / "plots", judge, null),
+    }
     report["warnings"] = [*info["warnings"], *probe_warnings(report["probes"])]
-    for name, template in (("report.html", "release_audit.html.j2"),
-                           ("summary.md", "release_audit.md.j2")):  # fmt: skip
+    for name, template in (
+        ("report.html", "release_audit.html.j2"),
+        ("summary.md", "release_audit.md.j2"),
+    ):
         with atomic_write(out / name) as f:
             f.write(render(template, r=report))
     with atomic_write(out / "audit.json") as f:

@@ -6,9 +6,10 @@ reasons); the filters stage runs them by cost: model-free checks first, then eac
 and a pair already dropped meets no later judge unless `filters.evaluate_all` (the auditing
 mode, which records every check for every pair).
 
-To add a check: a module here declaring `CHECK`, and a test; a judge check adds its prompt file
-in prompts/. Its settings join the config's `filters:` section, its result the filters stage's
-records, its columns the release, its rule text the card, its figures the audit.
+To add a check: a module here declaring `CHECK` (its name is the module's), and a test; a
+judge check adds its prompt file in prompts/. Its settings join the config's `filters:`
+section, its result the filters stage's records, its columns the release, its rule text the
+card, its figures the audit.
 """
 
 from __future__ import annotations
@@ -19,15 +20,13 @@ from pydantic import Field, create_model
 
 from pipeline.checks.base import Call, Check
 from pipeline.records import Record
-from pipeline.registry import declared
+from pipeline.registry import Registry
 
-
-def _discover() -> tuple[Check, ...]:
-    found = declared(__name__, __path__, "CHECK", "checks")
-    return tuple(sorted(found, key=lambda c: (c.order, c.name)))
-
-
-CHECKS: tuple[Check, ...] = _discover()
+# every module here but base.py is a check named after it ("pipeline.checks.NAME:CHECK"), and
+# so is every entry point of `prb.checks`; iterated in their documented order
+CHECKS: Registry[Check] = Registry(
+    "checks", Check, package=__name__, attr="CHECK", order=lambda c: (c.order, c.name), named=True
+)
 
 
 def by_cost() -> list[Check]:
@@ -69,7 +68,11 @@ def _settings_model() -> type[Record]:
     # floor, the artifact gate and human annotation are the filters), and the card says so
     judges = (Literal["on", "qualified"], Field("on", description="when the judge checks run"))
     return create_model(
-        "FilterConfig", __base__=_FilterBase, **ordered, evaluate_all=evaluate_all, mode=mode,
+        "FilterConfig",
+        __base__=_FilterBase,
+        **ordered,
+        evaluate_all=evaluate_all,
+        mode=mode,
         judges=judges,
     )
 

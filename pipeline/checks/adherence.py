@@ -26,10 +26,13 @@ class Result(Record):
 def calls(pair) -> list[Call]:
     aspects = [a.model_dump() for a in pair.rubric_aspects]
     return [
-        Call(f"adherence_{side}", "judge_adherence",
-             {"question": pair.task.question, "aspects": aspects, "answer": getattr(pair, side)})
+        Call(
+            f"adherence_{side}",
+            "judge_adherence",
+            {"question": pair.task.question, "aspects": aspects, "answer": getattr(pair, side)},
+        )
         for side in ("chosen", "rejected")
-    ]  # fmt: skip
+    ]
 
 
 def measure(pair, done, _) -> Result:
@@ -78,9 +81,17 @@ CHECK = Check(
     },
     released=lambda r: {"adherence_chosen": r.chosen, "adherence_rejected": r.rejected},
     figures=(
-        Figure("adherence", "aspects satisfied (adherence judge)", lambda v: (
-            None if v.get("adherence_chosen") is None or v.get("adherence_rejected") is None
-            else (v["adherence_chosen"], v["adherence_rejected"])), "sides", breakdown=True),
-    ),  # fmt: skip
+        Figure(
+            "adherence",
+            "aspects satisfied (adherence judge)",
+            lambda v: (
+                None
+                if v.get("adherence_chosen") is None or v.get("adherence_rejected") is None
+                else (v["adherence_chosen"], v["adherence_rejected"])
+            ),
+            "sides",
+            breakdown=True,
+        ),
+    ),
     severity=lambda r: ((1 - r.chosen) if r.chosen is not None else 0) + (r.rejected or 0),
 )

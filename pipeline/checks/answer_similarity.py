@@ -28,7 +28,7 @@ CHECK = Check(
     ),
     decide=lambda r, s: (
         ["answers_near_duplicate"] if r.similarity > s.max_answer_similarity else []
-    ),  # fmt: skip
+    ),
     about="answer similarity",
     docs={"max_answer_similarity": "textual similarity of the two answers ≤"},
     features={"answer_similarity": "float64"},

@@ -37,8 +37,13 @@ class Result(Record):
 
 
 def row(pair) -> dict:
-    return {"id": pair.pair_id, "chosen": pair.chosen, "rejected": pair.rejected,
-            "user": pair.task.persona.persona_id, "rejected_for": pair.rejected_for}  # fmt: skip
+    return {
+        "id": pair.pair_id,
+        "chosen": pair.chosen,
+        "rejected": pair.rejected,
+        "user": pair.task.persona.persona_id,
+        "rejected_for": pair.rejected_for,
+    }
 
 
 def aflite(rows: list[dict], cfg, *, max_drop: float, every: bool = False) -> list[Result]:
@@ -60,8 +65,10 @@ def aflite(rows: list[dict], cfg, *, max_drop: float, every: bool = False) -> li
             found[i].probability = round(p, 4)
         # one side only: dropping the pairs it reads backwards too was measured to drop 16%
         # of a clean persona_swap build (its folds misread couples), against 3% this way
-        confident = sorted(((p, i) for i, p in zip(alive, probs, strict=True)
-                            if p >= cfg.artifact_confidence), reverse=True)
+        confident = sorted(
+            ((p, i) for i, p in zip(alive, probs, strict=True) if p >= cfg.artifact_confidence),
+            reverse=True,
+        )
         take = confident[: min(budget, len(alive) if every else max(1, len(alive) // 10))]
         if not take:
             break
@@ -89,9 +96,12 @@ CHECK = Check(
     result=Result,
     prepare=prepare,
     enabled=lambda s: s.artifact_gate,
-    measure=lambda pair, _, found: found[pair.pair_id].model_copy(update={
-        "rewritten_from": pair.rewritten.strategy if pair.rewritten else None,
-        "rewritten_probability": pair.rewritten.probability if pair.rewritten else None}),
+    measure=lambda pair, _, found: found[pair.pair_id].model_copy(
+        update={
+            "rewritten_from": pair.rewritten.strategy if pair.rewritten else None,
+            "rewritten_probability": pair.rewritten.probability if pair.rewritten else None,
+        }
+    ),
     decide=lambda r, s: ["artifact"] if r.removed else [],
     about="the answer-only classifier's out-of-fold probability that chosen is chosen "
     "(AFLite-style artifact gate), the round that dropped the pair, and the strategy of the "
@@ -105,20 +115,42 @@ CHECK = Check(
         "artifact_gate": "run the artifact gate before the judges (and, with "
         "`generation.rewrite_artifacts`, rewrite a leaking rejected answer by persona_swap)",
     },
-    features={"artifact_probability": "float64", "artifact_round": "int32",
-              "artifact_rewritten_from": "string"},
-    released=lambda r: {"artifact_probability": r.probability, "artifact_round": r.round,
-                        "artifact_rewritten_from": r.rewritten_from},
+    features={
+        "artifact_probability": "float64",
+        "artifact_round": "int32",
+        "artifact_rewritten_from": "string",
+    },
+    released=lambda r: {
+        "artifact_probability": r.probability,
+        "artifact_round": r.round,
+        "artifact_rewritten_from": r.rewritten_from,
+    },
     figures=(
-        Figure("artifact_probability", "answer-only P(chosen), out of fold",
-               lambda v: v.get("artifact_probability"), span=(0.0, 1.0)),
-        Figure("artifact_removed", "pairs the artifact gate drops",
-               lambda v: None if "artifact_round" not in v else
-               float(v["artifact_round"] is not None), fmt="{:.1%}", plot=False,
-               breakdown=True),
-        Figure("artifact_rewritten", "pairs whose rejected answer the gate had rewritten",
-               lambda v: None if "artifact_rewritten_from" not in v else
-               float(v["artifact_rewritten_from"] is not None), fmt="{:.1%}", plot=False),
-    ),  # fmt: skip
+        Figure(
+            "artifact_probability",
+            "answer-only P(chosen), out of fold",
+            lambda v: v.get("artifact_probability"),
+            span=(0.0, 1.0),
+        ),
+        Figure(
+            "artifact_removed",
+            "pairs the artifact gate drops",
+            lambda v: None if "artifact_round" not in v else float(v["artifact_round"] is not None),
+            fmt="{:.1%}",
+            plot=False,
+            breakdown=True,
+        ),
+        Figure(
+            "artifact_rewritten",
+            "pairs whose rejected answer the gate had rewritten",
+            lambda v: (
+                None
+                if "artifact_rewritten_from" not in v
+                else float(v["artifact_rewritten_from"] is not None)
+            ),
+            fmt="{:.1%}",
+            plot=False,
+        ),
+    ),
     severity=lambda r: 4.0 * max(0.0, (r.probability or 0.5) - 0.5),
 )

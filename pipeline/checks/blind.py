@@ -16,11 +16,17 @@ class Settings(Record):
 def calls(pair) -> list[Call]:
     q = pair.task.question
     return [
-        Call("blind_ab", "judge_blind", {"question": q, "answer_a": pair.chosen,
-                                         "answer_b": pair.rejected}),
-        Call("blind_ba", "judge_blind", {"question": q, "answer_a": pair.rejected,
-                                         "answer_b": pair.chosen}),
-    ]  # fmt: skip
+        Call(
+            "blind_ab",
+            "judge_blind",
+            {"question": q, "answer_a": pair.chosen, "answer_b": pair.rejected},
+        ),
+        Call(
+            "blind_ba",
+            "judge_blind",
+            {"question": q, "answer_a": pair.rejected, "answer_b": pair.chosen},
+        ),
+    ]
 
 
 def pick(ab: str, ba: str) -> str:
@@ -101,15 +107,29 @@ CHECK = Check(
     },
     released=lambda r: {"blind_ab": r.ab, "blind_ba": r.ba, "blind_picked": r.picked},
     figures=(
-        Figure("blind", "persona-blind judge picks chosen (decisive verdicts, both orders)",
-               lambda v: _part(v, slice(0, 2)), "share", fmt="{:.1%}", expect=(0.5, 0.5),
-               warning="the answers differ in general quality, not only in personal fit",
-               breakdown=True),
-        Figure("blind_ties", "persona-blind ties per pair (of 2 orders)", lambda v: _part(v, 2),
-               plot=False),
-        Figure("blind_separated", "pairs the blind judge tells apart in both orders",
-               lambda v: None if v.get("blind_picked") is None else
-               float(v["blind_picked"] != "none"), fmt="{:.1%}", plot=False),
-    ),  # fmt: skip
+        Figure(
+            "blind",
+            "persona-blind judge picks chosen (decisive verdicts, both orders)",
+            lambda v: _part(v, slice(0, 2)),
+            "share",
+            fmt="{:.1%}",
+            expect=(0.5, 0.5),
+            warning="the answers differ in general quality, not only in personal fit",
+            breakdown=True,
+        ),
+        Figure(
+            "blind_ties",
+            "persona-blind ties per pair (of 2 orders)",
+            lambda v: _part(v, 2),
+            plot=False,
+        ),
+        Figure(
+            "blind_separated",
+            "pairs the blind judge tells apart in both orders",
+            lambda v: None if v.get("blind_picked") is None else float(v["blind_picked"] != "none"),
+            fmt="{:.1%}",
+            plot=False,
+        ),
+    ),
     severity=lambda r: 2 * (r.picked != "none"),
 )

@@ -55,10 +55,18 @@ def calls(pair, contrast: dict[str, User] | None) -> list[Call]:
     out = []
     for who, profile in (("true", pair.task.persona.profile), ("contrast", other.profile)):
         ctx = profile_text(profile)
-        out += [Call(f"cf_{who}_ab", "rm_pairwise", {"user_context": ctx, "question": q,
-                                                     "answer_a": c, "answer_b": r}),
-                Call(f"cf_{who}_ba", "rm_pairwise", {"user_context": ctx, "question": q,
-                                                     "answer_a": r, "answer_b": c})]  # fmt: skip
+        out += [
+            Call(
+                f"cf_{who}_ab",
+                "rm_pairwise",
+                {"user_context": ctx, "question": q, "answer_a": c, "answer_b": r},
+            ),
+            Call(
+                f"cf_{who}_ba",
+                "rm_pairwise",
+                {"user_context": ctx, "question": q, "answer_a": r, "answer_b": c},
+            ),
+        ]
     return out
 
 
@@ -69,11 +77,13 @@ def measure(pair, done, contrast) -> Result | None:
     v = {n: done[n].value.choice for n in names}
     return Result(
         contrast_user=contrast[pair.pair_id].key,
-        true_ab=v["cf_true_ab"], true_ba=v["cf_true_ba"],
-        contrast_ab=v["cf_contrast_ab"], contrast_ba=v["cf_contrast_ba"],
+        true_ab=v["cf_true_ab"],
+        true_ba=v["cf_true_ba"],
+        contrast_ab=v["cf_contrast_ab"],
+        contrast_ba=v["cf_contrast_ba"],
         advantage_true=advantage(v["cf_true_ab"], v["cf_true_ba"]),
         advantage_contrast=advantage(v["cf_contrast_ab"], v["cf_contrast_ba"]),
-    )  # fmt: skip
+    )
 
 
 def not_personal(r: Result) -> bool:
@@ -85,8 +95,14 @@ CHECK = Check(
     order=25,
     cost=4,
     tasks=("rm_pairwise",),
-    samples={"rm_pairwise": {"user_context": "[p1] A sample post.", "question": "A question?",
-                             "answer_a": "One.", "answer_b": "Two."}},  # fmt: skip
+    samples={
+        "rm_pairwise": {
+            "user_context": "[p1] A sample post.",
+            "question": "A question?",
+            "answer_a": "One.",
+            "answer_b": "Two.",
+        }
+    },
     settings=Settings,
     result=Result,
     enabled=lambda s: s.counterfactual,
@@ -97,21 +113,45 @@ CHECK = Check(
     decide=lambda r, s: ["counterfactual_not_personal"] if not_personal(r) else [],
     about="a pairwise judge under the user's profile and under a contrasting user's "
     "(chosen's advantage over both orders, 0-2, under each)",
-    docs={"counterfactual": "drop pairs whose chosen keeps its advantage under a contrasting "
-          "user's profile (four judge calls per pair):"},
-    features={"contrast_user": "string", "advantage_true": "float64",
-              "advantage_contrast": "float64"},
-    released=lambda r: {"contrast_user": r.contrast_user, "advantage_true": r.advantage_true,
-                        "advantage_contrast": r.advantage_contrast},
+    docs={
+        "counterfactual": "drop pairs whose chosen keeps its advantage under a contrasting "
+        "user's profile (four judge calls per pair):"
+    },
+    features={
+        "contrast_user": "string",
+        "advantage_true": "float64",
+        "advantage_contrast": "float64",
+    },
+    released=lambda r: {
+        "contrast_user": r.contrast_user,
+        "advantage_true": r.advantage_true,
+        "advantage_contrast": r.advantage_contrast,
+    },
     figures=(
-        Figure("counterfactual_survival", "chosen keeps its advantage under a contrasting user",
-               lambda v: None if v.get("advantage_true") is None else float(
-                   v["advantage_true"] > 1.0
-                   and v["advantage_contrast"] >= v["advantage_true"]), fmt="{:.1%}",
-               plot=False, breakdown=True),
-        Figure("counterfactual", "chosen's advantage (0–2): true user, contrasting user",
-               lambda v: None if v.get("advantage_true") is None else
-               (v["advantage_true"], v["advantage_contrast"]), "sides"),
+        Figure(
+            "counterfactual_survival",
+            "chosen keeps its advantage under a contrasting user",
+            lambda v: (
+                None
+                if v.get("advantage_true") is None
+                else float(
+                    v["advantage_true"] > 1.0 and v["advantage_contrast"] >= v["advantage_true"]
+                )
+            ),
+            fmt="{:.1%}",
+            plot=False,
+            breakdown=True,
+        ),
+        Figure(
+            "counterfactual",
+            "chosen's advantage (0–2): true user, contrasting user",
+            lambda v: (
+                None
+                if v.get("advantage_true") is None
+                else (v["advantage_true"], v["advantage_contrast"])
+            ),
+            "sides",
+        ),
     ),
     severity=lambda r: 2.0 * not_personal(r),
-)  # fmt: skip
+)

@@ -88,20 +88,45 @@ CHECK = Check(
         "min_compression": "smallest zlib compression ratio of an answer of 400+ bytes:",
         "drop_degenerate": "drop a pair where an answer is degenerate by any of these",
     },
-    features={"chosen_repeated_lines": "float32", "rejected_repeated_lines": "float32",
-              "chosen_loop_share": "float32", "rejected_loop_share": "float32"},  # fmt: skip
-    released=lambda r: {"chosen_repeated_lines": r.chosen.repeated_lines,
-                        "rejected_repeated_lines": r.rejected.repeated_lines,
-                        "chosen_loop_share": r.chosen.loop_share,
-                        "rejected_loop_share": r.rejected.loop_share},  # fmt: skip
+    features={
+        "chosen_repeated_lines": "float32",
+        "rejected_repeated_lines": "float32",
+        "chosen_loop_share": "float32",
+        "rejected_loop_share": "float32",
+    },
+    released=lambda r: {
+        "chosen_repeated_lines": r.chosen.repeated_lines,
+        "rejected_repeated_lines": r.rejected.repeated_lines,
+        "chosen_loop_share": r.chosen.loop_share,
+        "rejected_loop_share": r.rejected.loop_share,
+    },
     figures=(
-        Figure("repeated_lines", "share of lines repeated", lambda v: None
-               if v.get("chosen_repeated_lines") is None else
-               (v["chosen_repeated_lines"], v["rejected_repeated_lines"]), "sides"),
-        Figure("loop_share", "share of words in the most repeated 4-gram", lambda v: None
-               if v.get("chosen_loop_share") is None else
-               (v["chosen_loop_share"], v["rejected_loop_share"]), "sides"),
+        Figure(
+            "repeated_lines",
+            "share of lines repeated",
+            lambda v: (
+                None
+                if v.get("chosen_repeated_lines") is None
+                else (v["chosen_repeated_lines"], v["rejected_repeated_lines"])
+            ),
+            "sides",
+        ),
+        Figure(
+            "loop_share",
+            "share of words in the most repeated 4-gram",
+            lambda v: (
+                None
+                if v.get("chosen_loop_share") is None
+                else (v["chosen_loop_share"], v["rejected_loop_share"])
+            ),
+            "sides",
+        ),
     ),
-    severity=lambda r: 3.0 * (max(r.chosen.repeated_lines, r.rejected.repeated_lines)
-                              + max(r.chosen.loop_share, r.rejected.loop_share)),  # fmt: skip
+    severity=lambda r: (
+        3.0
+        * (
+            max(r.chosen.repeated_lines, r.rejected.repeated_lines)
+            + max(r.chosen.loop_share, r.rejected.loop_share)
+        )
+    ),
 )

@@ -43,7 +43,7 @@ CHECK = Check(
     ),
     decide=lambda r, s: (
         [] if s.min_length_ratio <= r.ratio <= s.max_length_ratio else ["length_ratio"]
-    ),  # fmt: skip
+    ),
     about="length ratio (rejected/chosen words)",
     docs={
         "min_length_ratio": "rejected/chosen word ratio ≥",
@@ -52,10 +52,16 @@ CHECK = Check(
     features={"length_ratio": "float64"},
     released=lambda r: {"length_ratio": r.ratio},
     figures=(
-        Figure("length_ratio", "median length ratio (rejected/chosen words)",
-               lambda v: v.get("length_ratio"), "median", expect=LENGTH_BAND,
-               warning="length could stand in for personal fit",
-               lines=lambda s: (s.min_length_ratio, s.max_length_ratio), breakdown=True),
-    ),  # fmt: skip
+        Figure(
+            "length_ratio",
+            "median length ratio (rejected/chosen words)",
+            lambda v: v.get("length_ratio"),
+            "median",
+            expect=LENGTH_BAND,
+            warning="length could stand in for personal fit",
+            lines=lambda s: (s.min_length_ratio, s.max_length_ratio),
+            breakdown=True,
+        ),
+    ),
     severity=lambda r: 4 * abs(math.log(max(r.ratio, 1e-3))),
 )

@@ -113,13 +113,20 @@ CHECK = Check(
         "ranks it lower than that",
     },
     features={"chosen_question_rank": "int32", "rejected_question_rank": "int32"},
-    released=lambda r: {"chosen_question_rank": r.chosen_rank,
-                        "rejected_question_rank": r.rejected_rank},  # fmt: skip
+    released=lambda r: {
+        "chosen_question_rank": r.chosen_rank,
+        "rejected_question_rank": r.rejected_rank,
+    },
     figures=(
-        Figure("off_question", "pairs where an answer shares no word with its question",
-               lambda v: float(v["chosen_question_rank"] is None
-                               or v["rejected_question_rank"] is None),
-               fmt="{:.1%}", plot=False),
-    ),  # fmt: skip
+        Figure(
+            "off_question",
+            "pairs where an answer shares no word with its question",
+            lambda v: float(
+                v["chosen_question_rank"] is None or v["rejected_question_rank"] is None
+            ),
+            fmt="{:.1%}",
+            plot=False,
+        ),
+    ),
     severity=lambda r: 3.0 * ((r.chosen_rank is None) + (r.rejected_rank is None)),
 )

@@ -58,10 +58,12 @@ def copied(answer: str, seen: set[tuple[str, ...]]) -> float:
 def measure(pair: Pair, _: object, __: object) -> Result:
     user = set().union(*map(grams, user_data(pair)))
     plan = set().union(*map(grams, pair.key_points))
-    return Result(chosen_copied=copied(pair.chosen, user),
-                  rejected_copied=copied(pair.rejected, user),
-                  chosen_copied_plan=copied(pair.chosen, plan),
-                  rejected_copied_plan=copied(pair.rejected, plan))  # fmt: skip
+    return Result(
+        chosen_copied=copied(pair.chosen, user),
+        rejected_copied=copied(pair.rejected, user),
+        chosen_copied_plan=copied(pair.chosen, plan),
+        rejected_copied_plan=copied(pair.rejected, plan),
+    )
 
 
 def decide(r: Result, s: Settings) -> list[str]:
@@ -87,16 +89,32 @@ CHECK = Check(
         "verbatim from the key points:",
         "drop_prompt_copy": "drop a pair where an answer copies more than either",
     },
-    features={"chosen_copied": "float32", "rejected_copied": "float32",
-              "chosen_copied_plan": "float32", "rejected_copied_plan": "float32"},  # fmt: skip
-    released=lambda r: {"chosen_copied": r.chosen_copied, "rejected_copied": r.rejected_copied,
-                        "chosen_copied_plan": r.chosen_copied_plan,
-                        "rejected_copied_plan": r.rejected_copied_plan},  # fmt: skip
+    features={
+        "chosen_copied": "float32",
+        "rejected_copied": "float32",
+        "chosen_copied_plan": "float32",
+        "rejected_copied_plan": "float32",
+    },
+    released=lambda r: {
+        "chosen_copied": r.chosen_copied,
+        "rejected_copied": r.rejected_copied,
+        "chosen_copied_plan": r.chosen_copied_plan,
+        "rejected_copied_plan": r.rejected_copied_plan,
+    },
     figures=(
-        Figure("prompt_copy", "share of words copied from the prompt's data", lambda v: None
-               if v.get("chosen_copied") is None else
-               (v["chosen_copied"], v["rejected_copied"]), "sides", span=(0.0, 1.0)),
-    ),  # fmt: skip
-    severity=lambda r: 3.0 * max(r.chosen_copied, r.rejected_copied, r.chosen_copied_plan,
-                                 r.rejected_copied_plan),
+        Figure(
+            "prompt_copy",
+            "share of words copied from the prompt's data",
+            lambda v: (
+                None
+                if v.get("chosen_copied") is None
+                else (v["chosen_copied"], v["rejected_copied"])
+            ),
+            "sides",
+            span=(0.0, 1.0),
+        ),
+    ),
+    severity=lambda r: (
+        3.0 * max(r.chosen_copied, r.rejected_copied, r.chosen_copied_plan, r.rejected_copied_plan)
+    ),
 )

@@ -51,8 +51,10 @@ def sides(criterion: str):
         scores = [q.get(side) for side in ("chosen", "rejected")]
         if not all(isinstance(s, dict) for s in scores):
             return None
-        picked = [[s.get(c) for c in SCORES] if criterion == "mean" else [s.get(criterion)]
-                  for s in scores]  # fmt: skip
+        picked = [
+            [s.get(c) for c in SCORES] if criterion == "mean" else [s.get(criterion)]
+            for s in scores
+        ]
         if any(x is None for xs in picked for x in xs):
             return None
         return statistics.fmean(picked[0]), statistics.fmean(picked[1])
@@ -106,12 +108,21 @@ CHECK = Check(
         )
     },
     figures=(
-        Figure("quality", "judge score, mean of three (1–5)", sides("mean"), "sides",
-               span=(0.75, 5.25)),
-        *(Figure(f"quality_{c}", f"{c} (1–5)", sides(c), "sides", span=(0.75, 5.25))
-          for c in SCORES),
-        Figure("quality_gap", "quality gap, chosen − rejected (1–5)", gap, fmt="{:+.3f}",
-               plot=False, breakdown=True),
-    ),  # fmt: skip
+        Figure(
+            "quality", "judge score, mean of three (1–5)", sides("mean"), "sides", span=(0.75, 5.25)
+        ),
+        *(
+            Figure(f"quality_{c}", f"{c} (1–5)", sides(c), "sides", span=(0.75, 5.25))
+            for c in SCORES
+        ),
+        Figure(
+            "quality_gap",
+            "quality gap, chosen − rejected (1–5)",
+            gap,
+            fmt="{:+.3f}",
+            plot=False,
+            breakdown=True,
+        ),
+    ),
     severity=lambda r: 3 * (r.gap or 0),
 )

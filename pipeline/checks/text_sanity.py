@@ -69,15 +69,23 @@ def side(text: str) -> Side:
 
     found = RESIDUE.search(text)
     code, p = language(text)
-    return Side(encoding="\ufffd" in text or ftfy.is_bad(text),
-                residue=found.group(0) if found else None, language=code, language_p=p)  # fmt: skip
+    return Side(
+        encoding="\ufffd" in text or ftfy.is_bad(text),
+        residue=found.group(0) if found else None,
+        language=code,
+        language_p=p,
+    )
 
 
 def measure(pair: Pair, _: object, __: object) -> Result:
     # the question with the user's own words: a longer text of the language the answer owes
     code, p = language(" ".join([pair.task.question, *(x.text for x in pair.task.profile[:3])]))
-    return Result(question_language=code, question_language_p=p, chosen=side(pair.chosen),
-                  rejected=side(pair.rejected))  # fmt: skip
+    return Result(
+        question_language=code,
+        question_language_p=p,
+        chosen=side(pair.chosen),
+        rejected=side(pair.rejected),
+    )
 
 
 def why(s: Side, r: Result, confidence: float = Settings().min_language_confidence) -> list[str]:
@@ -115,12 +123,22 @@ CHECK = Check(
         "residue, or is in another language than its question",
     },
     features={"chosen_bad_text": "bool", "rejected_bad_text": "bool"},
-    released=lambda r: {"chosen_bad_text": _bad(r, "chosen"),
-                        "rejected_bad_text": _bad(r, "rejected")},  # fmt: skip
+    released=lambda r: {
+        "chosen_bad_text": _bad(r, "chosen"),
+        "rejected_bad_text": _bad(r, "rejected"),
+    },
     figures=(
-        Figure("bad_text", "pairs where an answer has bad text", lambda v: None
-               if v.get("chosen_bad_text") is None else
-               float(v["chosen_bad_text"] or v["rejected_bad_text"]), fmt="{:.1%}", plot=False),
-    ),  # fmt: skip
+        Figure(
+            "bad_text",
+            "pairs where an answer has bad text",
+            lambda v: (
+                None
+                if v.get("chosen_bad_text") is None
+                else float(v["chosen_bad_text"] or v["rejected_bad_text"])
+            ),
+            fmt="{:.1%}",
+            plot=False,
+        ),
+    ),
     severity=lambda r: 3.0 * (_bad(r, "chosen") + _bad(r, "rejected")),
 )

@@ -65,9 +65,14 @@ def annotate_export(
     from pipeline.annotation.export import export
 
     run_dir, run_id, cfg = annotation_run(
-        run, outputs, batch_size=batch_size, gold_per_batch=gold, repeats_per_batch=repeats,
-        seed=seed, annotators=annotators,
-    )  # fmt: skip
+        run,
+        outputs,
+        batch_size=batch_size,
+        gold_per_batch=gold,
+        repeats_per_batch=repeats,
+        seed=seed,
+        annotators=annotators,
+    )
     ids = [p.strip() for p in pool.split(",") if p.strip()] if pool else None
     s = export(run_dir, run_id, cfg, cfg.annotators, ids, force=force)
     console.print(

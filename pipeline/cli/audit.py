@@ -16,29 +16,48 @@ from pipeline.cli.tables import warn_release
 @guarded
 def audit(
     target: str = typer.Argument(
-        ..., metavar="RUN|RELEASE",
+        ...,
+        metavar="RUN|RELEASE",
         help="A run id under outputs/ or a run directory; or any release in the public schema: "
-        "a release folder (hub layout or prb's), a JSONL/JSON/Parquet file, or hf:NAME."),
+        "a release folder (hub layout or prb's), a JSONL/JSON/Parquet file, or hf:NAME.",
+    ),
     worst: int = typer.Option(10, help="How many worst pairs to list (runs)."),
-    out: Path = typer.Option(None, help="Report folder for a release (default: "
-                             "outputs/audit/<release name>)."),
-    judge: bool = typer.Option(False, "--judge", help="Also the judge probes (persona-blind "
-                               "and counterfactual, a pairwise judge in both orders): needs "
-                               "an endpoint, or --sim."),
-    config: Path = typer.Option(None, help="Run config for the judge's endpoint, model and "
-                                "cache (default: default.yaml; demo.yaml with --sim)."),
+    out: Path = typer.Option(
+        None, help="Report folder for a release (default: outputs/audit/<release name>)."
+    ),
+    judge: bool = typer.Option(
+        False,
+        "--judge",
+        help="Also the judge probes (persona-blind "
+        "and counterfactual, a pairwise judge in both orders): needs "
+        "an endpoint, or --sim.",
+    ),
+    config: Path = typer.Option(
+        None,
+        help="Run config for the judge's endpoint, model and "
+        "cache (default: default.yaml; demo.yaml with --sim).",
+    ),
     base_url: str = typer.Option(None, help="OpenAI-compatible endpoint for the judge."),
     model: str = typer.Option(None, help="Judge model (default: the config's judge)."),
     sim: bool = typer.Option(False, help="Judge with the bundled simulator (implies --judge)."),
-    position_free: bool = typer.Option(False, "--position-free", help="The judge probes by a "
-                                       "position-free judge: each answer alone, P(yes) from "
-                                       "logprobs (implies --judge; the endpoint must give "
-                                       "logprobs)."),
-    null: int = typer.Option(0, "--null", min=0, help="Also the null test: the answer-only "
-                             "probes on N copies relabelled by a fair coin per pair (each "
-                             "should read 0.5), with a permutation p-value per probe; ~N times "
-                             "the probes' time (20 is a good N)."),
-):  # fmt: skip
+    position_free: bool = typer.Option(
+        False,
+        "--position-free",
+        help="The judge probes by a "
+        "position-free judge: each answer alone, P(yes) from "
+        "logprobs (implies --judge; the endpoint must give "
+        "logprobs).",
+    ),
+    null: int = typer.Option(
+        0,
+        "--null",
+        min=0,
+        help="Also the null test: the answer-only "
+        "probes on N copies relabelled by a fair coin per pair (each "
+        "should read 0.5), with a permutation p-value per probe; ~N times "
+        "the probes' time (20 is a good N).",
+    ),
+):
     """Report on a run (funnel, each check's figures, the probes) or on any release (the
     probes, in three families: leakage without the user, shallow user-aware floors, and with
     --judge the judge probes)."""
@@ -48,8 +67,11 @@ def audit(
     with contextlib.ExitStack() as stack:
         judged = None
         if judge or sim or position_free:
-            judged = (judge_config(stack, config, sim, base_url), model,
-                      "position-free" if position_free else "pairwise")
+            judged = (
+                judge_config(stack, config, sim, base_url),
+                model,
+                "position-free" if position_free else "pairwise",
+            )
         out = audit_target(target, worst, out, judged, null)
     console.print((out / "summary.md").read_text(), markup=False, highlight=False)
     if json.loads((out / "audit.json").read_text())["warnings"]:
@@ -74,11 +96,12 @@ def audit_target(target: str, worst: int, out: Path | None, judged, null: int = 
 @app.command()
 @guarded
 def compare(
-    release_a: str = typer.Argument(..., metavar="RELEASE_A", help="A release (folder, "
-                                    "JSONL/JSON/Parquet file, or hf:NAME)."),
+    release_a: str = typer.Argument(
+        ..., metavar="RELEASE_A", help="A release (folder, JSONL/JSON/Parquet file, or hf:NAME)."
+    ),
     release_b: str = typer.Argument(..., metavar="RELEASE_B", help="Another release."),
     out: Path = typer.Option(None, help="Report folder (default: outputs/compare/<A>-vs-<B>)."),
-):  # fmt: skip
+):
     """Two releases side by side, on the pairs they share (same user and question) and whole:
     lengths, the probes (leakage, floors), each check's figures, keep rates."""
     from pipeline.audit.compare import compare as run_compare
@@ -89,13 +112,18 @@ def compare(
     if out is None:
         pair = f"{release_name(release_a)}-vs-{release_name(release_b)}"
         name = re.sub(r"[^A-Za-z0-9._-]+", "-", pair)
-        out = resolve_path("outputs") / "compare" / safe_name(name.strip(".-_") or "compare",
-                                                              "report name")  # fmt: skip
+        out = (
+            resolve_path("outputs")
+            / "compare"
+            / safe_name(name.strip(".-_") or "compare", "report name")
+        )
     report = run_compare(release_a, release_b, out)
     for side in ("a", "b"):
         warn_release([f"{side.upper()}: {w}" for w in report[side]["warnings"]])
-    t = Table(title=f"A {report['a']['name']} vs B {report['b']['name']}: "
-                    f"{report['shared']} shared pairs (same {report['matched_on']})")  # fmt: skip
+    t = Table(
+        title=f"A {report['a']['name']} vs B {report['b']['name']}: "
+        f"{report['shared']} shared pairs (same {report['matched_on']})"
+    )
     for col in ("metric", "A shared", "B shared", "A all", "B all"):
         t.add_column(col, justify="left" if col == "metric" else "right")
     for row in report["table"]:

@@ -103,19 +103,26 @@ AGAIN = "rerun the same `prb demo`"
 @app.command()
 @guarded
 def demo(
-    config: Path = typer.Option(None, help="Default: configs/demo.yaml (configs/local.yaml "
-                                "with --local)."),
+    config: Path = typer.Option(
+        None, help="Default: configs/demo.yaml (configs/local.yaml with --local)."
+    ),
     run_id: str = typer.Option(None),
-    local: bool = typer.Option(False, help="On a real local model (`make demo-local`), not "
-                               "the simulator."),
-    local_model: str = typer.Option(None, help="With --local: qwen2.5-1.5b (default: the "
-                                    "config's model.local) or smollm2-135m."),
-    recipe: str = typer.Option(None, help="Build the bundled LaMP-QA-format users "
-                               "(personas/lamp-qa) with this recipe: published or prb "
-                               "(configs/demo-lamp-<recipe>.yaml)."),
-    accept_weak_judge: bool = typer.Option(False, help="Build on when the judge fails "
-                                           "qualification; the release says so."),
-):  # fmt: skip
+    local: bool = typer.Option(
+        False, help="On a real local model (`make demo-local`), not the simulator."
+    ),
+    local_model: str = typer.Option(
+        None, help="With --local: qwen2.5-1.5b (default: the config's model.local) or smollm2-135m."
+    ),
+    recipe: str = typer.Option(
+        None,
+        help="Build the bundled LaMP-QA-format users "
+        "(personas/lamp-qa) with this recipe: published or prb "
+        "(configs/demo-lamp-<recipe>.yaml).",
+    ),
+    accept_weak_judge: bool = typer.Option(
+        False, help="Build on when the judge fails qualification; the release says so."
+    ),
+):
     """Build a small benchmark offline: against the bundled simulator, or a real local model.
     A judge that fails qualification stops the build with exit code 9 (a 135M local model can)
     unless --accept-weak-judge."""
@@ -127,8 +134,10 @@ def demo(
         if recipe not in recipes():
             raise fail(f"unknown --recipe {recipe!r}: use one of {', '.join(recipes())}", 2)
         if config is not None or local:
-            raise fail("--recipe picks the demo's config and runs on the simulator: "
-                       "drop --config/--local", 2)  # fmt: skip
+            raise fail(
+                "--recipe picks the demo's config and runs on the simulator: drop --config/--local",
+                2,
+            )
         config = DATA / "configs" / f"demo-lamp-{recipe}.yaml"
     if local_model is not None and not local:
         raise fail("--local-model names the model of --local: add --local", 2)
@@ -139,11 +148,11 @@ def demo(
         config = config or DATA / "configs" / "local.yaml"
         given = {"run_id": run_id, "model__local": local_model, **weak}
         model = load_config(str(config), **given).model  # checked before the model starts
-        with served.running(model.local, threads=model.local_threads,
-                            batch_threads=model.local_batch_threads) as (url, alias, digest):
+        with served.running(
+            model.local, threads=model.local_threads, batch_threads=model.local_batch_threads
+        ) as (url, alias, digest):
             console.print(f"local model {alias} on {url} (weights sha256 {digest})")
-            result = run_build(config, given | served.overrides(url, alias, digest),
-                               resume=AGAIN)
+            result = run_build(config, given | served.overrides(url, alias, digest), resume=AGAIN)
     else:
         from pipeline.run.rundir import FingerprintError
         from pipeline.sim.server import running
@@ -155,8 +164,10 @@ def demo(
             try:
                 result = run_build(config, overrides, resume=AGAIN)
             except FingerprintError:  # a demo from an older prb: keep it aside, build anew
-                console.print("the demo run was made by another version of prb or config: "
-                              "moving it aside and building the demo again")  # fmt: skip
+                console.print(
+                    "the demo run was made by another version of prb or config: "
+                    "moving it aside and building the demo again"
+                )
                 result = run_build(config, overrides, force_new_run=True, resume=AGAIN)
     try:
         print_summary(result, "rerun the same `prb demo`")

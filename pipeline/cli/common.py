@@ -69,8 +69,11 @@ def internal_error(e: BaseException) -> typer.Exit:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write("".join(traceback.format_exception(e)))
     said = (str(e).strip().splitlines() or [""])[0][:200]
-    return fail(f"internal error ({type(e).__name__}: {said}); a bug in prb, please report it "
-                f"with the traceback in {path}", 70)  # fmt: skip
+    return fail(
+        f"internal error ({type(e).__name__}: {said}); a bug in prb, please report it "
+        f"with the traceback in {path}",
+        70,
+    )
 
 
 def prefect_termination(e: BaseException) -> bool:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import typer
+from typer.core import TyperCommand
 
 from pipeline.cli.common import app, console, errors, fail, guarded, judge_config
 from pipeline.cli.tables import print_correlation, print_frame, warn_release
@@ -24,31 +25,50 @@ def default_eval_dir(release: str) -> Path:
     return path.parent / ("eval" if path.is_dir() else f"eval-{path.stem}")
 
 
-@app.command("eval")
+class _KindsInHelp(TyperCommand):
+    """Lists the reward-model kinds (plugins' included) in `--rm`'s help when the help is
+    shown: a plugin loads on first use, never when prb starts."""
+
+    def format_help(self, ctx, formatter) -> None:
+        for param in self.params:
+            if param.name == "rm" and param.help and KINDS in param.help:
+                param.help = param.help.replace(KINDS, help_text())
+        super().format_help(ctx, formatter)
+
+
+KINDS = "{kinds}"
+
+
+@app.command("eval", cls=_KindsInHelp)
 @guarded
 def eval_command(
     args: list[str] = typer.Argument(
-        ..., metavar="[bon|rl] RELEASE", help="A release folder; `bon RELEASE` adds Best-of-N; "
-        "`rl RELEASE --policy PATH` fine-tunes the policy against each reward model (GRPO)."
+        ...,
+        metavar="[bon|rl] RELEASE",
+        help="A release folder; `bon RELEASE` adds Best-of-N; "
+        "`rl RELEASE --policy PATH` fine-tunes the policy against each reward model (GRPO).",
     ),
     rm: list[str] = typer.Option(
         None,
         "--rm",
         help="Reward model, repeatable, as KIND[:ARG][,key=value...], e.g. judge:context=none. "
-        f"Kinds: {help_text()}. Default: the three baselines.",
+        f"Kinds: {KINDS}. Default: the three baselines.",
     ),
     context: str = typer.Option(
-        None, help="User context the models see: profile (the default), aspects, narrative or "
-        "none. The published protocol: none."
+        None,
+        help="User context the models see: profile (the default), aspects, narrative or "
+        "none. The published protocol: none.",
     ),
     protocol: str = typer.Option(
-        "prb", help="Scoring rules: prb (personalized: the user context, cut to fit, never the "
+        "prb",
+        help="Scoring rules: prb (personalized: the user context, cut to fit, never the "
         "answer; judges see both A/B orders) or published (the public scorer's: the question "
-        "only, one seeded A/B order, 8,192-token inputs; see pipeline/eval/protocol.py)."
+        "only, one seeded A/B order, 8,192-token inputs; see pipeline/eval/protocol.py).",
     ),
     public_prompts: Path = typer.Option(
-        None, help="--protocol published with judge-pair: your clone of the public Personalized "
-        "RewardBench repository, whose prompts/pairwise_*.txt the judge is given."
+        None,
+        help="--protocol published with judge-pair: your clone of the public Personalized "
+        "RewardBench repository, whose prompts/pairwise_*.txt the judge is given.",
     ),
     out: Path = typer.Option(None, help="Output folder (default: RELEASE/../eval)."),
     config: Path = typer.Option(
@@ -64,14 +84,19 @@ def eval_command(
     candidates: Path = typer.Option(None, help="Best-of-N: JSONL of {id, candidates} to use."),
     generator: str = typer.Option(None, help="Best-of-N: generator model (default: config's)."),
     oracle: str = typer.Option(None, help="Best-of-N: oracle judge model (default: config's)."),
-    blind: bool = typer.Option(True, help="After each LLM judge, the same judge without the "
-                               "user (context none): how much of its score needs the user."),
-    policy: Path = typer.Option(None, help="RL: the policy to fine-tune (a Hugging Face model "
-                                "folder)."),
-    steps: int = typer.Option(None, min=1, help="RL: GRPO steps per reward model (default: "
-                              "the config's rl.steps)."),
+    blind: bool = typer.Option(
+        True,
+        help="After each LLM judge, the same judge without the "
+        "user (context none): how much of its score needs the user.",
+    ),
+    policy: Path = typer.Option(
+        None, help="RL: the policy to fine-tune (a Hugging Face model folder)."
+    ),
+    steps: int = typer.Option(
+        None, min=1, help="RL: GRPO steps per reward model (default: the config's rl.steps)."
+    ),
     device: str = typer.Option(None, help="RL: cpu or cuda (default: the config's rl.device)."),
-):  # fmt: skip
+):
     """Score reward models on a release: accuracy with 95% CIs, leaderboard, plot, per-pair JSON."""
     import contextlib
 
@@ -114,8 +139,11 @@ def eval_command(
     from pipeline.eval.protocol import PROTOCOLS
 
     rules = PROTOCOLS[protocol]
-    print_frame(summary["leaderboard"], f"reward-model leaderboard (pairwise accuracy; protocol "
-                f"{rules.name}, ties {rules.tie_rule})")  # fmt: skip
+    print_frame(
+        summary["leaderboard"],
+        f"reward-model leaderboard (pairwise accuracy; protocol "
+        f"{rules.name}, ties {rules.tie_rule})",
+    )
     for name, path in summary["paths"].items():
         console.print(f"{name}: {path}", highlight=False)
     if do_bon:
@@ -128,9 +156,11 @@ def eval_command(
         from pipeline.errors import MostlyFailed
 
         said = "; ".join(f"{m}: {what}" for m, what in summary["failed"].items())
-        raise MostlyFailed(f"most pairs failed for {said}: their accuracy says nothing; fix the "
-                           "endpoint and rerun the same command (answers given already come "
-                           "from the cache)")  # fmt: skip
+        raise MostlyFailed(
+            f"most pairs failed for {said}: their accuracy says nothing; fix the "
+            "endpoint and rerun the same command (answers given already come "
+            "from the cache)"
+        )
 
 
 def eval_rl(release, rm, config, base_url, sim, context, out, policy, steps, device, oracle):
@@ -143,8 +173,11 @@ def eval_rl(release, rm, config, base_url, sim, context, out, policy, steps, dev
         where = (out or default_eval_dir(release)) / "rl"
         specs = rm or ["length", "overlap"]
         result = run(release, specs, cfg, policy, where, oracle=oracle, context=context)
-    print_frame(result["table"], f"RL ({result['settings']['algorithm']}, "
-                 f"{result['settings']['steps']} steps) against each reward model")  # fmt: skip
+    print_frame(
+        result["table"],
+        f"RL ({result['settings']['algorithm']}, "
+        f"{result['settings']['steps']} steps) against each reward model",
+    )
     print_correlation("RL gain", result["correlation"])
     for name, path in result["paths"].items():
         console.print(f"rl {name}: {path}", highlight=False)

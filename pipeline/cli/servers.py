@@ -17,11 +17,16 @@ app.add_typer(local_app, name="local-model")
 def local_serve(
     port: int = typer.Option(8080, min=1, max=65535, help="Port on 127.0.0.1."),
     model: str = typer.Option("qwen2.5-1.5b", help="qwen2.5-1.5b or smollm2-135m."),
-    threads: int = typer.Option(None, min=1, max=256, help="CPU threads to generate "
-                                "(default 1: survives another process on a core)."),
-    batch_threads: int = typer.Option(None, min=1, max=256, help="CPU threads for prompts "
-                                      "(default: up to 2)."),
-):  # fmt: skip
+    threads: int = typer.Option(
+        None,
+        min=1,
+        max=256,
+        help="CPU threads to generate (default 1: survives another process on a core).",
+    ),
+    batch_threads: int = typer.Option(
+        None, min=1, max=256, help="CPU threads for prompts (default: up to 2)."
+    ),
+):
     """Serve a bundled real model (Qwen2.5-Coder-1.5B-Instruct or SmolLM2-135M-Instruct, from
     the packages `make demo-local` installs) as an OpenAI-compatible endpoint on 127.0.0.1,
     through llama-cpp-python's server; Ctrl-C stops it."""
@@ -72,19 +77,27 @@ def sim_server(ctx: typer.Context):
 @app.command("reward-server")
 @guarded
 def reward_server(
-    rm: str = typer.Option(..., "--rm", help="The reward model, as for prb eval (a pointwise "
-                           "kind: judge, hf:PATH, length, overlap, random)."),
-    context: str = typer.Option("profile", help="User context the model sees: profile, "
-                                "aspects, narrative or none."),
+    rm: str = typer.Option(
+        ...,
+        "--rm",
+        help="The reward model, as for prb eval (a pointwise "
+        "kind: judge, hf:PATH, length, overlap, random).",
+    ),
+    context: str = typer.Option(
+        "profile", help="User context the model sees: profile, aspects, narrative or none."
+    ),
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8100, min=1, max=65535),
     concurrency: int = typer.Option(4, min=1, help="Batches scored at once (others wait)."),
     max_items: int = typer.Option(512, min=1, help="Items per request at most (413 beyond)."),
-    config: Path = typer.Option(None, help="Run config for an LLM judge's endpoint, model and "
-                                "cache (default: default.yaml; demo.yaml with --sim)."),
+    config: Path = typer.Option(
+        None,
+        help="Run config for an LLM judge's endpoint, model and "
+        "cache (default: default.yaml; demo.yaml with --sim).",
+    ),
     base_url: str = typer.Option(None, help="OpenAI-compatible endpoint for an LLM judge."),
     sim: bool = typer.Option(False, help="Judge with the bundled simulator."),
-):  # fmt: skip
+):
     """Serve one reward model over HTTP for RL engines: POST /score {items: [{question, profile,
     response}]} -> {scores}; GET /health. Adapters for TRL and verl: pipeline/rl/adapters.py."""
     import contextlib
@@ -95,5 +108,13 @@ def reward_server(
         cfg = judge_config(stack, config, sim, base_url)
         Scorer.check(rm, cfg, context)  # a bad spec: one line, before the server starts
         said = f"reward server for {rm} on http://{host}:{port} (POST /score, GET /health)"
-        serve(rm, cfg, host=host, port=port, context=context, concurrency=concurrency,
-              max_items=max_items, announce=lambda: console.print(said))  # fmt: skip
+        serve(
+            rm,
+            cfg,
+            host=host,
+            port=port,
+            context=context,
+            concurrency=concurrency,
+            max_items=max_items,
+            announce=lambda: console.print(said),
+        )

@@ -38,10 +38,16 @@ def print_correlation(downstream: str, c: dict) -> None:
     )
 
 
-HEADERS = {"longer_preferred": "longer", "chosen_as_a": "as A", "chosen_as_b": "as B",
-           "needs_user": "user adds", "contexts_cut": "cut",
-           "cut_tokens_mean": "tok/cut", "answers_cut": "answers cut",
-           "tie_rule": "ties"}  # fmt: skip
+HEADERS = {
+    "longer_preferred": "longer",
+    "chosen_as_a": "as A",
+    "chosen_as_b": "as B",
+    "needs_user": "user adds",
+    "contexts_cut": "cut",
+    "cut_tokens_mean": "tok/cut",
+    "answers_cut": "answers cut",
+    "tie_rule": "ties",
+}
 
 
 def print_frame(df, title: str) -> None:

@@ -74,8 +74,11 @@ async def generate_candidates(
     prompt = load_prompt("bon_candidate")
 
     async def one(row):
-        variables = {"profile": row["profile"], "question": row["question"],
-                     "word_budget": word_budget}  # fmt: skip
+        variables = {
+            "profile": row["profile"],
+            "question": row["question"],
+            "word_budget": word_budget,
+        }
         calls = [
             llm.call(prompt, stage=STAGE, model=model, variables=variables, seed=llm.cfg.seed + k)
             for k in range(n)
@@ -189,8 +192,14 @@ def correlation(accuracy: list[float], downstream: list[float]) -> dict:
     (non-negative; NaN when every model does equally well downstream)."""
     acc, down = np.asarray(accuracy, float), np.asarray(downstream, float)
     if len(acc) < 2:
-        return {"models": len(acc), "spearman": math.nan, "spearman_p": math.nan,
-                "kendall": math.nan, "kendall_p": math.nan, "ndcg": math.nan}  # fmt: skip
+        return {
+            "models": len(acc),
+            "spearman": math.nan,
+            "spearman_p": math.nan,
+            "kendall": math.nan,
+            "kendall_p": math.nan,
+            "ndcg": math.nan,
+        }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", stats.ConstantInputWarning)
         rho = stats.spearmanr(acc, down)
@@ -207,9 +216,13 @@ def correlation(accuracy: list[float], downstream: list[float]) -> dict:
 
 
 def scatter_plot(
-    df: pd.DataFrame, path: Path, corr: dict, y: str = "bon_win_rate",
-    ylabel: str = "Best-of-N win rate vs a random candidate", baseline: float = 0.5,
-) -> None:  # fmt: skip
+    df: pd.DataFrame,
+    path: Path,
+    corr: dict,
+    y: str = "bon_win_rate",
+    ylabel: str = "Best-of-N win rate vs a random candidate",
+    baseline: float = 0.5,
+) -> None:
     from pipeline.reports import pyplot
 
     plt = pyplot()
@@ -217,8 +230,9 @@ def scatter_plot(
     fig, ax = plt.subplots(figsize=(7, 5))
     ax.scatter(df["accuracy"], df[y], color="#4c72b0")
     for _, r in df.iterrows():
-        ax.annotate(r["model"], (r["accuracy"], r[y]), fontsize=7,
-                    xytext=(3, 3), textcoords="offset points")  # fmt: skip
+        ax.annotate(
+            r["model"], (r["accuracy"], r[y]), fontsize=7, xytext=(3, 3), textcoords="offset points"
+        )
     ax.axhline(baseline, color="grey", linestyle="--", linewidth=1)
     ax.set_xlabel("benchmark accuracy")
     ax.set_ylabel(ylabel)
@@ -274,8 +288,12 @@ def write_bon(
         f"Accuracy vs Best-of-N win rate over {c['models']} models: Spearman rho = "
         f"{c['spearman']:.3f}, Kendall tau = {c['kendall']:.3f}, NDCG = {c['ndcg']:.3f}.",
     ]
-    paths = {"markdown": out / "bon_leaderboard.md", "csv": out / "bon_leaderboard.csv",
-             "plot": out / "bon_vs_accuracy.png", "summary": out / "bon_summary.json"}  # fmt: skip
+    paths = {
+        "markdown": out / "bon_leaderboard.md",
+        "csv": out / "bon_leaderboard.csv",
+        "plot": out / "bon_vs_accuracy.png",
+        "summary": out / "bon_summary.json",
+    }
     paths["markdown"].write_text(to_markdown(df, "Best-of-N downstream check", notes), "utf-8")
     csvfile.frame_csv(df, paths["csv"], float_format="%.4f")
     paths["summary"].write_text(

@@ -73,9 +73,15 @@ async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairSco
                 flat[2 * i], flat[2 * i + 1] = scored[2 * k], scored[2 * k + 1]
             shown.done += len(idx)
         too_long = "an answer does not fit the model's context window with its question"
-        return [result(row, flat[2 * i], flat[2 * i + 1],
-                       error=too_long if None in (flat[2 * i], flat[2 * i + 1]) else None)
-                for i, row in enumerate(rows)]  # fmt: skip
+        return [
+            result(
+                row,
+                flat[2 * i],
+                flat[2 * i + 1],
+                error=too_long if None in (flat[2 * i], flat[2 * i + 1]) else None,
+            )
+            for i, row in enumerate(rows)
+        ]
 
     # the published protocol: one A/B order per pair, drawn as its scorer draws it
     first = chosen_first(rows) if rm.protocol == "published" else None
@@ -92,8 +98,13 @@ async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairSco
                 a, b = (c, r) if first[i] else (r, c)
                 verdict = await rm.prefer(c.context, c.question, a.response, b.response)
                 won = verdict == ("A" if first[i] else "B")
-                return result(row, float(won), float(not won), ab=verdict if first[i] else None,
-                              ba=None if first[i] else verdict)  # fmt: skip
+                return result(
+                    row,
+                    float(won),
+                    float(not won),
+                    ab=verdict if first[i] else None,
+                    ba=None if first[i] else verdict,
+                )
             if rm.pairwise:  # both A/B orders; a point per verdict, half a point per tie
                 ab, ba = await asyncio.gather(
                     rm.prefer(c.context, c.question, c.response, r.response),
@@ -157,8 +168,10 @@ def position_split(scores: list[PairScore]) -> dict:
     as_b = [1.0 - POINTS[s.ba] for s in scores if s.ba in POINTS]
     if not as_a and not as_b:
         return {}
-    return {"chosen_as_a": float(np.mean(as_a)) if as_a else None,
-            "chosen_as_b": float(np.mean(as_b)) if as_b else None}  # fmt: skip
+    return {
+        "chosen_as_a": float(np.mean(as_a)) if as_a else None,
+        "chosen_as_b": float(np.mean(as_b)) if as_b else None,
+    }
 
 
 def with_blind_variants(rms: list[RewardModel]) -> list[RewardModel]:
@@ -300,24 +313,39 @@ async def run(
 
     rules = named(protocol)
     if rules.context is not None and context not in (None, rules.context):
-        raise ProtocolError(f"--context {context}: the {protocol} protocol gives the model "
-                            f"{'the question only' if rules.context == 'none' else rules.context}"
-                            "; drop --context or use --protocol prb")  # fmt: skip
+        raise ProtocolError(
+            f"--context {context}: the {protocol} protocol gives the model "
+            f"{'the question only' if rules.context == 'none' else rules.context}"
+            "; drop --context or use --protocol prb"
+        )
     if bon is not None and protocol != "prb":
-        raise ProtocolError(f"--protocol {protocol} scores the pairs only; Best-of-N runs under "
-                            "prb's protocol: drop --protocol")  # fmt: skip
+        raise ProtocolError(
+            f"--protocol {protocol} scores the pairs only; Best-of-N runs under "
+            "prb's protocol: drop --protocol"
+        )
     context = context or rules.context or "profile"
     async with session(cfg) as llm:
-        rms = [parse_spec(s, llm=llm, judge_model=cfg.model.judge, context=context,
-                          protocol=protocol, public_prompts=public_prompts)
-               for s in specs]  # fmt: skip
+        rms = [
+            parse_spec(
+                s,
+                llm=llm,
+                judge_model=cfg.model.judge,
+                context=context,
+                protocol=protocol,
+                public_prompts=public_prompts,
+            )
+            for s in specs
+        ]
         if blind_variants:
             rms = with_blind_variants(rms)
         rows, info = load_rows(release)
         rows, results = await evaluate(release, rms, n_resamples, seed, rows=rows)
-        summary = {"leaderboard": leaderboard(results), "warnings": info["warnings"],
-                   "paths": write_results(results, rows, out, info["warnings"]),
-                   "failed": failed_models(results)}  # fmt: skip
+        summary = {
+            "leaderboard": leaderboard(results),
+            "warnings": info["warnings"],
+            "paths": write_results(results, rows, out, info["warnings"]),
+            "failed": failed_models(results),
+        }
         if bon is not None:
             summary["bon"] = await _run_bon(release, rows, rms, results, llm, cfg, out, seed, bon)
         summary["usage"] = llm.usage_dict()

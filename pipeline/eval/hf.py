@@ -96,27 +96,39 @@ class HFRewardModel(RewardModel):
         options = {**options, "path": path}
         limit, budget = options.get("max_length"), options.get("max_batch_tokens")
         if options.get("dtype", "auto") not in DTYPES:
-            raise SpecError(f"--rm {kind}: dtype={options['dtype']}: use one of "
-                            f"{', '.join(DTYPES)}")  # fmt: skip
+            raise SpecError(
+                f"--rm {kind}: dtype={options['dtype']}: use one of {', '.join(DTYPES)}"
+            )
         dtype = options.get("dtype", "auto")
         if env.protocol == "published":
             if cls.pairwise:
-                raise SpecError(f"--rm {kind}: the published protocol has no pairwise ranker; "
-                                "use hf:PATH or judge-pair, or --protocol prb")  # fmt: skip
+                raise SpecError(
+                    f"--rm {kind}: the published protocol has no pairwise ranker; "
+                    "use hf:PATH or judge-pair, or --protocol prb"
+                )
             fixed = [k for k in ("max_length", "max_batch_tokens") if k in options]
             if fixed:
-                raise SpecError(f"--rm {kind}: {', '.join(fixed)} is fixed by the published "
-                                "protocol (8,192 tokens; batches of batch_size answers in release "
-                                "order); drop it or use "
-                                "--protocol prb")  # fmt: skip
+                raise SpecError(
+                    f"--rm {kind}: {', '.join(fixed)} is fixed by the published "
+                    "protocol (8,192 tokens; batches of batch_size answers in release "
+                    "order); drop it or use "
+                    "--protocol prb"
+                )
             dtype = options.get("dtype", "bf16")  # its scorer loads bf16
-        return cls(kind, options.get("context", env.context), options, env.protocol, path=path,
-                   device=options.get("device", "auto"),
-                   batch_size=int(options.get("batch_size", 8)),
-                   max_length=int(limit) if limit else None,
-                   dtype=dtype, device_map=options.get("device_map"),
-                   max_batch_tokens=int(budget) if budget else None,
-                   arch=options.get("arch"))  # fmt: skip
+        return cls(
+            kind,
+            options.get("context", env.context),
+            options,
+            env.protocol,
+            path=path,
+            device=options.get("device", "auto"),
+            batch_size=int(options.get("batch_size", 8)),
+            max_length=int(limit) if limit else None,
+            dtype=dtype,
+            device_map=options.get("device_map"),
+            max_batch_tokens=int(budget) if budget else None,
+            arch=options.get("arch"),
+        )
 
     def __post_init__(self):
         if self.device == "auto":
@@ -144,8 +156,10 @@ class HFRewardModel(RewardModel):
         self.truncation = truncation_counts()
         if self.protocol == "published":
             if not self.tokenizer.chat_template:
-                raise ValueError(f"{self.path}: the tokenizer has no chat template, which the "
-                                 "published protocol applies; use --protocol prb")  # fmt: skip
+                raise ValueError(
+                    f"{self.path}: the tokenizer has no chat template, which the "
+                    "published protocol applies; use --protocol prb"
+                )
             self.max_length = PUBLIC_MAX_LENGTH  # its scorer's, whatever the model's window
             self.truncation["answers_cut"] = 0
 
@@ -155,8 +169,12 @@ class HFRewardModel(RewardModel):
     def fit(self, q: Query) -> Query | None:
         """`q` with its context cut (whole lines from the end) until question, answer and
         context fit `max_length`; None if the question and the answer alone do not fit."""
-        context = fit_context(q.context, lambda c: self._length(replace(q, context=c)),
-                              self.max_length, self.truncation)  # fmt: skip
+        context = fit_context(
+            q.context,
+            lambda c: self._length(replace(q, context=c)),
+            self.max_length,
+            self.truncation,
+        )
         return None if context is None else replace(q, context=context)
 
     def _encode(self, batch: list[Query], truncate: bool = True):
@@ -165,10 +183,16 @@ class HFRewardModel(RewardModel):
         its scorer cuts from the right)."""
         cut = {"truncation": True, "max_length": self.max_length} if truncate else {}
         if self.protocol == "published":  # the public scorer's input, exactly
-            texts = [self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": q.question},
-                 {"role": "assistant", "content": q.response}], tokenize=False)
-                for q in batch]  # fmt: skip
+            texts = [
+                self.tokenizer.apply_chat_template(
+                    [
+                        {"role": "user", "content": q.question},
+                        {"role": "assistant", "content": q.response},
+                    ],
+                    tokenize=False,
+                )
+                for q in batch
+            ]
             return self.tokenizer(texts, padding=True, return_tensors="pt", **cut)
         if self.tokenizer.chat_template:
             texts = [
@@ -184,8 +208,9 @@ class HFRewardModel(RewardModel):
             ]
             return self.tokenizer(texts, padding=True, return_tensors="pt", **cut)
         prompts = [f"{q.context}\n\n{q.question}".strip() for q in batch]
-        return self.tokenizer(prompts, [q.response for q in batch], padding=True,
-                              return_tensors="pt", **cut)  # fmt: skip
+        return self.tokenizer(
+            prompts, [q.response for q in batch], padding=True, return_tensors="pt", **cut
+        )
 
     def batches(self, queries: list[Query]) -> list[list[int]]:
         """Indices of `queries` in batches: `batch_size` each, or with `max_batch_tokens`,

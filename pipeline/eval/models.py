@@ -12,9 +12,8 @@ an entry point of the group `prb.reward_models` (no prb file changed).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import import_module
 
-from pipeline.registry import Registry
+from pipeline.registry import Registry, resolve
 
 
 @dataclass(frozen=True)
@@ -24,34 +23,64 @@ class Kind:
     adapter: str  # "module:Class", imported when a spec names this kind
     extra: str | None = None  # the optional dependencies it needs (pyproject's extras)
 
-    def load(self):
-        module, _, cls = self.adapter.partition(":")
-        return getattr(import_module(module), cls)
 
-
-REWARD_MODELS = Registry("reward_models", {k.name: k for k in (
-    Kind("random", "seeded random score (option seed=N)", "pipeline.eval.rewards:RandomRM"),
-    Kind("length", "longer answer wins", "pipeline.eval.rewards:LengthRM"),
-    Kind("overlap", "lexical overlap between the user context and the answer",
-         "pipeline.eval.rewards:OverlapRM"),
-    Kind("judge", "LLM judge, pointwise 1-10 (option model=NAME; default the config's judge)",
-         "pipeline.eval.rewards:JudgeRM"),
-    Kind("judge-pair", "LLM judge, pairwise, both A/B orders (option model=NAME)",
-         "pipeline.eval.rewards:PairwiseJudgeRM"),
-    Kind("hf", "Hugging Face reward model: hf:PATH_OR_ID (options dtype=auto|bf16|fp16|fp32, "
-         "device, device_map, batch_size, max_batch_tokens, arch=sequence-classifier|"
-         "value-head; the `hf` extra)", "pipeline.eval.hf:HFRewardModel", extra="hf"),
-    Kind("hf-pair", "Hugging Face pairwise ranker: hf-pair:PATH_OR_ID, both A/B orders (the "
-         "same options; the `hf` extra)", "pipeline.eval.hf:HFPairRanker", extra="hf"),
-)})  # fmt: skip
+REWARD_MODELS: Registry[Kind] = Registry(
+    "reward_models",
+    Kind,
+    named=True,
+    builtin={
+        k.name: k
+        for k in (
+            Kind("random", "seeded random score (option seed=N)", "pipeline.eval.rewards:RandomRM"),
+            Kind("length", "longer answer wins", "pipeline.eval.rewards:LengthRM"),
+            Kind(
+                "overlap",
+                "lexical overlap between the user context and the answer",
+                "pipeline.eval.rewards:OverlapRM",
+            ),
+            Kind(
+                "judge",
+                "LLM judge, pointwise 1-10 (option model=NAME; default the config's judge)",
+                "pipeline.eval.rewards:JudgeRM",
+            ),
+            Kind(
+                "judge-pair",
+                "LLM judge, pairwise, both A/B orders (option model=NAME)",
+                "pipeline.eval.rewards:PairwiseJudgeRM",
+            ),
+            Kind(
+                "hf",
+                "Hugging Face reward model: hf:PATH_OR_ID (options dtype=auto|bf16|fp16|fp32, "
+                "device, device_map, batch_size, max_batch_tokens, arch=sequence-classifier|"
+                "value-head; the `hf` extra)",
+                "pipeline.eval.hf:HFRewardModel",
+                extra="hf",
+            ),
+            Kind(
+                "hf-pair",
+                "Hugging Face pairwise ranker: hf-pair:PATH_OR_ID, both A/B orders (the "
+                "same options; the `hf` extra)",
+                "pipeline.eval.hf:HFPairRanker",
+                extra="hf",
+            ),
+        )
+    },
+)
 
 
 def help_text() -> str:
     return "; ".join(f"{k.name}: {k.help}" for k in REWARD_MODELS)
 
 
-def parse_spec(spec: str, *, llm, judge_model: str, context: str, protocol: str = "prb",
-               public_prompts: str | None = None):  # fmt: skip
+def parse_spec(
+    spec: str,
+    *,
+    llm,
+    judge_model: str,
+    context: str,
+    protocol: str = "prb",
+    public_prompts: str | None = None,
+):
     """The adapter (a RewardModel) a `--rm` spec names, built with its options, under the named
     scoring protocol (pipeline/eval/protocol.py)."""
     kind, _, rest = spec.partition(":")
@@ -72,16 +101,19 @@ def parse_spec(spec: str, *, llm, judge_model: str, context: str, protocol: str 
     if options.get("context", context) not in CONTEXT_MODES:
         raise SpecError(f"--rm {spec!r}: context must be one of {', '.join(CONTEXT_MODES)}")
     if protocol == "published" and options.get("context", "none") != "none":
-        raise SpecError(f"--rm {spec!r}: the published protocol gives the model the question "
-                        "only; drop context= or use --protocol prb")  # fmt: skip
+        raise SpecError(
+            f"--rm {spec!r}: the published protocol gives the model the question "
+            "only; drop context= or use --protocol prb"
+        )
     env = SpecEnv(llm, judge_model, context, protocol, public_prompts)
     try:
-        return found.load().from_spec(kind, options, positional, env)
+        return resolve(found.adapter).from_spec(kind, options, positional, env)
     except ImportError as e:
         extra = found.extra or "all"
         missing = f"{e.name} is not installed" if e.name else "a dependency is missing"
-        raise SpecError(f"--rm {spec!r}: {missing} (the `{extra}` extra): "
-                        f"pip install '.[{extra}]'") from None  # fmt: skip
+        raise SpecError(
+            f"--rm {spec!r}: {missing} (the `{extra}` extra): pip install '.[{extra}]'"
+        ) from None
     except SpecError as e:
         raise SpecError(f"--rm {spec!r}: {str(e).removeprefix(f'--rm {kind}: ')}") from None
     except ValueError as e:

@@ -36,20 +36,22 @@ class Protocol:
 
 PROTOCOLS = {
     "prb": Protocol(
-        "prb", None,
+        "prb",
+        None,
         "prb's personalized protocol: the user context goes in, cut by whole posts to fit the "
         "model (never the answer); a pairwise judge answers both A/B orders",
         "ties lose (won only if chosen scores strictly above rejected; a pairwise judge's "
         "split verdict is a tie)",
     ),
     "published": Protocol(
-        "published", "none",
+        "published",
+        "none",
         "the public scorer's rules: the question only; inputs cut from the right at 8,192 "
         "tokens; a pairwise judge sees one A/B order per pair (seed 42 per category) and an "
         "unparseable verdict counts as A",
         "ties lose",
     ),
-}  # fmt: skip
+}
 PUBLIC_MAX_LENGTH = 8192
 PUBLIC_SEED = 42
 PUBLIC_PROMPTS = ("pairwise_system.txt", "pairwise_user.txt")
@@ -103,15 +105,27 @@ def load_public_prompts(folder: Path | str | None) -> Prompt:
             texts.append(path.read_text(encoding="utf-8").strip())  # its scripts strip them
         except (OSError, UnicodeDecodeError) as e:
             why = "no such file" if isinstance(e, FileNotFoundError) else e
-            raise ProtocolError(f"{path}: cannot read the public judge prompt ({why}); point "
-                                "--public-prompts at your clone of the public "
-                                "repository") from None  # fmt: skip
+            raise ProtocolError(
+                f"{path}: cannot read the public judge prompt ({why}); point "
+                "--public-prompts at your clone of the public "
+                "repository"
+            ) from None
     system, user = texts
     missing = [f for f in PUBLIC_FIELDS if f not in user]
     if missing:
-        raise ProtocolError(f"{folder / PUBLIC_PROMPTS[1]}: no {', '.join(missing)} in the "
-                            "template; is this the public repository's prompt?")  # fmt: skip
+        raise ProtocolError(
+            f"{folder / PUBLIC_PROMPTS[1]}: no {', '.join(missing)} in the "
+            "template; is this the public repository's prompt?"
+        )
     digest = hashlib.sha256(f"{system}\0{user}".encode()).hexdigest()
-    return Prompt(task="published_pairwise", version="public", path=folder / PUBLIC_PROMPTS[1],
-                  system=system, user=user, output=None, engine="replace", sha256=digest,
-                  params={"temperature": 0.0, "max_tokens": 512})  # fmt: skip
+    return Prompt(
+        task="published_pairwise",
+        version="public",
+        path=folder / PUBLIC_PROMPTS[1],
+        system=system,
+        user=user,
+        output=None,
+        engine="replace",
+        sha256=digest,
+        params={"temperature": 0.0, "max_tokens": 512},
+    )

@@ -52,8 +52,9 @@ def leaderboard(results: list[dict]) -> pd.DataFrame:
     # by accuracy, each judge's blind variant (context none) on the row after it, with the
     # accuracy the user adds (`needs_user`: with the user minus without) on the judge's row
     blind = {r["blind_of"]: r for r in rows if r["blind_of"]}
-    order = sorted((r for r in rows if not r["blind_of"]),
-                   key=lambda r: (-r["accuracy"], r["model"]))  # fmt: skip
+    order = sorted(
+        (r for r in rows if not r["blind_of"]), key=lambda r: (-r["accuracy"], r["model"])
+    )
     out = []
     for r in order:
         b = blind.get(r["model"])

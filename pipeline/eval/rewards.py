@@ -40,9 +40,10 @@ def user_context(row: dict, mode: str) -> str:
             return posts
         return "\n".join(
             (f"[{p['id']}] {p.get('text', '')}" if p.get("id") else p.get("text", ""))
-            if isinstance(p, dict) else str(p)
+            if isinstance(p, dict)
+            else str(p)
             for p in posts
-        )  # fmt: skip
+        )
     if mode == "aspects":
         aspects = row["rubric_aspects"]
         if isinstance(aspects, str):
@@ -143,8 +144,13 @@ class RandomRM(RewardModel):
 
     @classmethod
     def from_spec(cls, kind, options, positional, env):
-        return cls(kind, options.get("context", env.context), options, env.protocol,
-                   seed=int(options.get("seed", 0)))  # fmt: skip
+        return cls(
+            kind,
+            options.get("context", env.context),
+            options,
+            env.protocol,
+            seed=int(options.get("seed", 0)),
+        )
 
     async def score_many(self, queries):
         return [
@@ -206,9 +212,11 @@ class JudgeRM(RewardModel):
         if env.llm is None:
             raise SpecError(f"--rm {kind}: an LLM judge needs an endpoint")
         if env.protocol == "published" and not cls.pairwise:
-            raise SpecError(f"--rm {kind}: the published protocol has no pointwise LLM judge "
-                            "(its scripts score with a reward model or a pairwise judge): use "
-                            "hf:PATH or judge-pair, or --protocol prb")  # fmt: skip
+            raise SpecError(
+                f"--rm {kind}: the published protocol has no pointwise LLM judge "
+                "(its scripts score with a reward model or a pairwise judge): use "
+                "hf:PATH or judge-pair, or --protocol prb"
+            )
         prompt = None
         if env.protocol == "published":
             from pipeline.eval.protocol import load_public_prompts
@@ -219,9 +227,16 @@ class JudgeRM(RewardModel):
         window = options.get("context_window")
         if window is not None and not window.isdigit():
             raise SpecError(f"--rm {kind}: context_window={window}: give a number of tokens")
-        return cls(kind, options.get("context", env.context), options, env.protocol,
-                   llm=env.llm, model=model, window=int(window) if window else None,
-                   prompt=prompt)  # fmt: skip
+        return cls(
+            kind,
+            options.get("context", env.context),
+            options,
+            env.protocol,
+            llm=env.llm,
+            model=model,
+            window=int(window) if window else None,
+            prompt=prompt,
+        )
 
     @property
     def truncation(self) -> dict:
@@ -229,14 +244,20 @@ class JudgeRM(RewardModel):
 
     async def ask(self, variables: dict):
         """One call, the prompt fitted to the window by the one rule (pipeline/llm/window.py)."""
-        return await self.llm.call(self.prompt, stage=self.stage, model=self.model,
-                                   variables=variables, fit="user_context",
-                                   window=self.window)  # fmt: skip
+        return await self.llm.call(
+            self.prompt,
+            stage=self.stage,
+            model=self.model,
+            variables=variables,
+            fit="user_context",
+            window=self.window,
+        )
 
     async def score_many(self, queries):
         async def one(q: Query):
-            return await self.ask({"user_context": q.context, "question": q.question,
-                                   "answer": q.response})  # fmt: skip
+            return await self.ask(
+                {"user_context": q.context, "question": q.question, "answer": q.response}
+            )
 
         results = await asyncio.gather(*(one(q) for q in queries))
         return [r.value.score for r in results]
@@ -249,8 +270,9 @@ class PairwiseJudgeRM(JudgeRM):
     async def prefer(self, context, question, a, b):
         if self.protocol == "published":
             return await self._public_prefer(question, a, b)
-        result = await self.ask({"user_context": context, "question": question,
-                                 "answer_a": a, "answer_b": b})  # fmt: skip
+        result = await self.ask(
+            {"user_context": context, "question": question, "answer_a": a, "answer_b": b}
+        )
         return result.value.choice
 
     async def _public_prefer(self, question, a, b):
@@ -259,9 +281,12 @@ class PairwiseJudgeRM(JudgeRM):
         from pipeline.eval.protocol import public_verdict
 
         try:
-            result = await self.llm.call(self.prompt, stage=self.stage, model=self.model,
-                                         variables={"question": question, "Response_A": a,
-                                                    "Response_B": b})  # fmt: skip
+            result = await self.llm.call(
+                self.prompt,
+                stage=self.stage,
+                model=self.model,
+                variables={"question": question, "Response_A": a, "Response_B": b},
+            )
             verdict = public_verdict(result.value)
         except LLMError as e:
             if e.kind not in ("unparseable", "cut_off"):

@@ -12,14 +12,26 @@ from __future__ import annotations
 from importlib import import_module
 
 _EXPORTS = {
-    "LLM": "client", "session": "client", "Transport": "client", "retryable": "client",
-    "CallResult": "types", "CutOff": "types", "EndpointError": "types", "LLMError": "types",
-    "PermanentLLMError": "types", "Reply": "types", "Request": "types", "StageUsage": "types",
-    "TASK_HEADER": "types", "Unparseable": "types",
-    "STRUCTURED": "structured", "parse_output": "structured", "response_format": "structured",
+    "LLM": "client",
+    "session": "client",
+    "Transport": "client",
+    "retryable": "client",
+    "CallResult": "types",
+    "CutOff": "types",
+    "EndpointError": "types",
+    "LLMError": "types",
+    "PermanentLLMError": "types",
+    "Reply": "types",
+    "Request": "types",
+    "StageUsage": "types",
+    "TASK_HEADER": "types",
+    "Unparseable": "types",
+    "STRUCTURED": "structured",
+    "parse_output": "structured",
+    "response_format": "structured",
     "strict_schema": "structured",
     "read_completion": "backends.openai",
-}  # fmt: skip
+}
 
 
 def __getattr__(name: str):

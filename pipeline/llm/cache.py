@@ -89,13 +89,15 @@ class ResponseCache:
         """How a request last failed after its retries (cut off, unparseable, endpoint error):
         not an answer (a resume asks again), but what a replay (`model.replay`) reproduces."""
         with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO failures VALUES (?, ?, ?)",
-                             (key, kind, detail))  # fmt: skip
+            self._db.execute(
+                "INSERT OR REPLACE INTO failures VALUES (?, ?, ?)", (key, kind, detail)
+            )
 
     def failure(self, key: str) -> tuple[str, str] | None:
         with self._lock:
             row = self._db.execute(
-                "SELECT kind, detail FROM failures WHERE key = ?", (key,)).fetchone()  # fmt: skip
+                "SELECT kind, detail FROM failures WHERE key = ?", (key,)
+            ).fetchone()
         return None if row is None else (row[0], row[1])
 
     def lookup(self, key: str) -> dict | None:
@@ -121,19 +123,35 @@ class ResponseCache:
             found = self._db.execute(
                 "SELECT key, task, model, request, content, usage FROM responses ORDER BY key"
             ).fetchall()
-        return [{"key": k, "task": t, "model": m, "request": json.loads(r), "content": c,
-                 "usage": json.loads(u)} for k, t, m, r, c, u in found]  # fmt: skip
+        return [
+            {
+                "key": k,
+                "task": t,
+                "model": m,
+                "request": json.loads(r),
+                "content": c,
+                "usage": json.loads(u),
+            }
+            for k, t, m, r, c, u in found
+        ]
 
     def add_rows(self, rows: list[dict]) -> None:
         """Put entries that `rows` gave (a replayed fixture), keys as they were."""
         for r in rows:
-            self.put(r["key"], task=r["task"], model=r["model"], request=r["request"],
-                     content=r["content"], usage=r["usage"])  # fmt: skip
+            self.put(
+                r["key"],
+                task=r["task"],
+                model=r["model"],
+                request=r["request"],
+                content=r["content"],
+                usage=r["usage"],
+            )
 
     def failure_rows(self) -> list[dict]:
         with self._lock:
             found = self._db.execute(
-                "SELECT key, kind, detail FROM failures ORDER BY key").fetchall()  # fmt: skip
+                "SELECT key, kind, detail FROM failures ORDER BY key"
+            ).fetchall()
         return [{"key": k, "kind": t, "detail": d} for k, t, d in found]
 
     def add_failure_rows(self, rows: list[dict]) -> None:

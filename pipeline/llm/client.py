@@ -97,8 +97,9 @@ class LLM:
         self.transport = transport
         self.backend = BACKENDS.get(cfg.provider)(cfg, concurrency or cfg.concurrency)
         self.semaphore = asyncio.Semaphore(concurrency or cfg.concurrency)
-        self.limiter = Limiter(cfg.requests_per_minute, cfg.tokens_per_minute,
-                               learn=cfg.rate_limits_from_headers)  # fmt: skip
+        self.limiter = Limiter(
+            cfg.requests_per_minute, cfg.tokens_per_minute, learn=cfg.rate_limits_from_headers
+        )
         self._inflight: dict[str, asyncio.Future[CallResult]] = {}  # cache key -> pending call
         self._windows: dict[str, int | None] = {}  # model -> the endpoint's context window
         self._window_lock = asyncio.Lock()
@@ -195,9 +196,12 @@ class LLM:
         it never saw stops the run (the recording is stale)."""
         failed = self.cache.failure(key)
         if failed is None:
-            raise PermanentLLMError("replay", f"model.replay: no recorded answer or failure for "
-                                    f"a {prompt.task} request in {self.cache.path}: the "
-                                    "recording is stale, record it again")  # fmt: skip
+            raise PermanentLLMError(
+                "replay",
+                f"model.replay: no recorded answer or failure for "
+                f"a {prompt.task} request in {self.cache.path}: the "
+                "recording is stale, record it again",
+            )
         kind, detail = failed
         usage.failures[kind] += 1
         raise LLMError(kind, detail)
@@ -225,8 +229,9 @@ class LLM:
                 self._windows[model] = await self.context_window(model)
         return self._windows[model]
 
-    def _fit(self, prompt: Prompt, variables: dict, fit: str, limit: int | None,
-             stage: str) -> dict:  # fmt: skip
+    def _fit(
+        self, prompt: Prompt, variables: dict, fit: str, limit: int | None, stage: str
+    ) -> dict:
         """`variables` with `fit` cut to the window `limit` (the same dict when nothing was
         cut, or the window is unknown); LLMError too_long when the rest alone does not fit."""
         counts = self.truncation[stage]
@@ -241,9 +246,12 @@ class LLM:
         context = fit_context(variables[fit], size, budget, counts)
         if context is None:
             self.usage[stage].failures["too_long"] += 1
-            raise LLMError("too_long", f"{prompt.task}: the prompt needs {size('')} tokens with "
-                           f"no {fit}, over the {limit}-token context window less "
-                           f"{limit - budget} for the answer")  # fmt: skip
+            raise LLMError(
+                "too_long",
+                f"{prompt.task}: the prompt needs {size('')} tokens with "
+                f"no {fit}, over the {limit}-token context window less "
+                f"{limit - budget} for the answer",
+            )
         return variables if context == variables[fit] else variables | {fit: context}
 
     def _settled(self, key: str):
@@ -327,9 +335,11 @@ class LLM:
         def too_long(e: EndpointError) -> None:
             wait = _retry_after(e)
             if wait is not None and wait > ratelimit.MAX_RETRY_AFTER_S:
-                said = (f"{self.cfg.base_url} asked to wait {wait:,.0f}s before retrying (HTTP "
-                        f"{e.status}), over the {ratelimit.MAX_RETRY_AFTER_S:g}s prb "
-                        "waits: the call failed; rerun later to resume")  # fmt: skip
+                said = (
+                    f"{self.cfg.base_url} asked to wait {wait:,.0f}s before retrying (HTTP "
+                    f"{e.status}), over the {ratelimit.MAX_RETRY_AFTER_S:g}s prb "
+                    "waits: the call failed; rerun later to resume"
+                )
                 progress.warn(said)
                 raise LLMError("endpoint_error", said) from None
 

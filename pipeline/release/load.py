@@ -51,23 +51,27 @@ def _load(spec: str | Path) -> tuple[list[dict], dict]:
         return rows, {"source": text, "layout": "hub", "configs": configs}
     path = Path(spec)
     if not text.strip():
-        raise ReleaseError("no release given: name a release folder, a JSONL/JSON/Parquet file "
-                           "or hf:NAME")  # fmt: skip
+        raise ReleaseError(
+            "no release given: name a release folder, a JSONL/JSON/Parquet file or hf:NAME"
+        )
     if path.is_dir():
         if (path / "README.md").exists() and _card_configs(path):
             rows, configs = _from_datasets(str(path), str(path))
             return rows, {"source": str(path), "layout": "card configs", "configs": configs}
         files = sorted(path.glob(PARQUET_GLOB))
         if not files:
-            raise ReleaseError(f"{path}: no dataset card with configs and no {PARQUET_GLOB} "
-                               "files: not a release folder")  # fmt: skip
+            raise ReleaseError(
+                f"{path}: no dataset card with configs and no {PARQUET_GLOB} "
+                "files: not a release folder"
+            )
         rows = [r for f in files for r in _read_file(f)]
         configs = sorted({f.parent.name for f in files})
         return rows, {"source": str(path), "layout": "parquet folders", "configs": configs}
     if path.is_file():
         return _read_file(path), {"source": str(path), "layout": "file", "configs": []}
-    raise ReleaseError(f"{spec}: no such file or folder (a release folder, a JSONL/JSON/Parquet "
-                       "file, or hf:NAME)")  # fmt: skip
+    raise ReleaseError(
+        f"{spec}: no such file or folder (a release folder, a JSONL/JSON/Parquet file, or hf:NAME)"
+    )
 
 
 def _card_configs(folder: Path) -> list[dict]:
@@ -159,8 +163,10 @@ def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
             raise ReleaseError(f"{where}: row {i} is not an object")
         missing = [c for c in PUBLIC if c not in raw]
         if missing:
-            raise ReleaseError(f"{where}: row {raw.get('id', i)!r} lacks the public column(s) "
-                               f"{missing}: is this a release in the public schema?")  # fmt: skip
+            raise ReleaseError(
+                f"{where}: row {raw.get('id', i)!r} lacks the public column(s) "
+                f"{missing}: is this a release in the public schema?"
+            )
         row = {k: _plain(v) for k, v in raw.items()}
         if not isinstance(row["question"], str) or not row["question"].strip():
             raise ReleaseError(f"{where}: row {row['id']!r} has an empty or non-text question")
@@ -194,14 +200,17 @@ def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
         if ids
     ]
     if not out:
-        raise ReleaseError(f"{where}: none of its {len(rows)} rows is a pair that can be "
-                           f"measured: {'; '.join(warnings)}")  # fmt: skip
+        raise ReleaseError(
+            f"{where}: none of its {len(rows)} rows is a pair that can be "
+            f"measured: {'; '.join(warnings)}"
+        )
     return out, warnings
 
 
 def _first(ids: list[str], shown: int = 3) -> str:
-    return ", ".join(map(repr, ids[:shown])) + (f" and {len(ids) - shown} more"
-                                                if len(ids) > shown else "")  # fmt: skip
+    return ", ".join(map(repr, ids[:shown])) + (
+        f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    )
 
 
 def profile_text(row: dict) -> str:

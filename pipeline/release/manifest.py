@@ -17,8 +17,17 @@ from pydantic import BaseModel, ConfigDict
 from pipeline.errors import PrbError
 
 FORMAT_VERSION = 1
-PACKAGES = ("prb", "openai", "datasets", "huggingface_hub", "pyarrow", "pandas", "prefect",
-            "pydantic", "tenacity")  # fmt: skip
+PACKAGES = (
+    "prb",
+    "openai",
+    "datasets",
+    "huggingface_hub",
+    "pyarrow",
+    "pandas",
+    "prefect",
+    "pydantic",
+    "tenacity",
+)
 FUNNEL_FILE = "funnel.json"
 
 
@@ -61,8 +70,10 @@ class Manifest(BaseModel):
         return {f.stage: f.count for f in self.funnel}
 
     def dumps(self) -> str:
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True,
-                          ensure_ascii=False) + "\n"  # fmt: skip
+        return (
+            json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True, ensure_ascii=False)
+            + "\n"
+        )
 
 
 def load(release: Path) -> Manifest:
@@ -77,17 +88,26 @@ def funnel(counts: dict[str, int]) -> list[FunnelStep]:
     return [FunnelStep(stage=k, count=v) for k, v in counts.items()]
 
 
-def write_funnel(run_dir: Path, counts: dict[str, int], lost: dict[str, dict[str, int]],
-                 changed: dict[str, dict[str, int]] | None = None) -> None:
+def write_funnel(
+    run_dir: Path,
+    counts: dict[str, int],
+    lost: dict[str, dict[str, int]],
+    changed: dict[str, dict[str, int]] | None = None,
+) -> None:
     """The build's funnel beside its stage files: each row's count, why records were lost and
     what was rewritten on the way (`changed`: the artifact gate's new rejected answers)."""
     from pipeline.store import atomic_write
 
     changed = changed or {}
-    rows = [{"stage": k, "count": n, "reasons": dict(sorted(lost.get(k, {}).items(),
-                                                              key=lambda kv: -kv[1]))}
-            | ({"changed": changed[k]} if changed.get(k) else {})
-            for k, n in counts.items()]  # fmt: skip
+    rows = [
+        {
+            "stage": k,
+            "count": n,
+            "reasons": dict(sorted(lost.get(k, {}).items(), key=lambda kv: -kv[1])),
+        }
+        | ({"changed": changed[k]} if changed.get(k) else {})
+        for k, n in counts.items()
+    ]
     with atomic_write(Path(run_dir) / FUNNEL_FILE) as f:
         json.dump(rows, f, indent=2)
 

@@ -282,8 +282,10 @@ def push(
     try:
         validate_repo_id(repo)
     except HFValidationError:
-        raise PushRefused(f"--repo {repo!r} is not a Hub repo id: use NAME or OWNER/NAME "
-                          "(letters, digits, '-', '_', '.'); nothing was uploaded") from None
+        raise PushRefused(
+            f"--repo {repo!r} is not a Hub repo id: use NAME or OWNER/NAME "
+            "(letters, digits, '-', '_', '.'); nothing was uploaded"
+        ) from None
     problems = verify(release)
     if problems:
         raise PushRefused(
@@ -308,9 +310,11 @@ def push(
         raise
     except Exception as e:  # noqa: BLE001  (the Hub client raises HTTP, network and OS errors)
         said = (str(e).strip().splitlines() or [""])[0][:200]
-        raise PushRefused(f"the push to {repo} failed ({type(e).__name__}: {said}); check the "
-                          "network and HF_TOKEN, then push again (an upload is one commit: "
-                          "nothing half-written stays)") from None  # fmt: skip
+        raise PushRefused(
+            f"the push to {repo} failed ({type(e).__name__}: {said}); check the "
+            "network and HF_TOKEN, then push again (an upload is one commit: "
+            "nothing half-written stays)"
+        ) from None
 
 
 def _upload(api, release: Path, repo: str, manifest, private: bool, replace: bool) -> str:

@@ -17,20 +17,31 @@ from pipeline.checks import CHECKS
 from pipeline.records import AnnotationRecord, FilterRecord
 from pipeline.store import sha256_file
 
-PUBLIC = ("id", "question", "profile", "rubric_aspects", "narrative", "category", "chosen",
-          "rejected")  # fmt: skip
+PUBLIC = (
+    "id",
+    "question",
+    "profile",
+    "rubric_aspects",
+    "narrative",
+    "category",
+    "chosen",
+    "rejected",
+)
 PARQUET_GLOB = "*/test-*.parquet"
 
 _S = "string"
 _BEFORE_CHECKS = {  # column -> (dtype names, card text)
-    "id": (_S, "content-derived pair id: hash of persona, question and generation prompt "
-               "versions"),
+    "id": (_S, "content-derived pair id: hash of persona, question and generation prompt versions"),
     "question": (_S, "the user's question"),
-    "profile": ([{"id": _S, "category": _S, "text": _S}],
-                "the user's own past questions and posts (`id`, `category`, `text`)"),
-    "rubric_aspects": ([{"aspect": _S, "evidence": _S, "reason": _S}],
-                       "what this user would judge an answer by, with `evidence` (profile item "
-                       "ids or a quote) and `reason`"),
+    "profile": (
+        [{"id": _S, "category": _S, "text": _S}],
+        "the user's own past questions and posts (`id`, `category`, `text`)",
+    ),
+    "rubric_aspects": (
+        [{"aspect": _S, "evidence": _S, "reason": _S}],
+        "what this user would judge an answer by, with `evidence` (profile item "
+        "ids or a quote) and `reason`",
+    ),
     "narrative": (_S, "a short description of the user's needs, written by the planner"),
     "category": (_S, "the config this row belongs to"),
     "chosen": (_S, "the answer that follows every rubric aspect"),
@@ -39,20 +50,30 @@ _BEFORE_CHECKS = {  # column -> (dtype names, card text)
     "question_id": (_S, "the question in prb's question pools"),
     "rejected_strategy": (_S, "how `rejected` misses the aspects (e.g. `wrong_tone`)"),
     "rejected_for": (_S, "`persona_swap`: the persona the rejected answer was written for"),
-}  # fmt: skip
+}
 _AFTER_CHECKS = {
-    "would_drop": ([_S], "what the checks would have dropped this pair for, when they only "
-                         "recorded (`filters.mode: record`, the published recipe); else empty"),
+    "would_drop": (
+        [_S],
+        "what the checks would have dropped this pair for, when they only "
+        "recorded (`filters.mode: record`, the published recipe); else empty",
+    ),
     "annotation": (
-        {"verdict": _S, "n_labels": "int32", "chosen_votes": "int32", "rejected_votes": "int32",
-         "tie_votes": "int32"},
+        {
+            "verdict": _S,
+            "n_labels": "int32",
+            "chosen_votes": "int32",
+            "rejected_votes": "int32",
+            "tie_votes": "int32",
+        },
         "human verdict and vote counts (`unlabelled` if no labels were collected)",
     ),
     "generator_model": (_S, "model id that wrote both answers"),
     "judge_model": (_S, "model id of the automatic judges"),
-    "prompt_versions": ([{"task": _S, "ref": _S}],
-                        "generation prompt files used (`task`, `ref` = version + content hash)"),
-}  # fmt: skip
+    "prompt_versions": (
+        [{"task": _S, "ref": _S}],
+        "generation prompt files used (`task`, `ref` = version + content hash)",
+    ),
+}
 
 
 def _feature(spec):
@@ -103,10 +124,14 @@ def to_row(f: FilterRecord, ann: AnnotationRecord) -> dict:
         r = results[c.name]
         row |= {name: None if r is None else value(r) for name, (_, _, value) in c.columns.items()}
     row["pair_checks"] = {  # a check switched off (counterfactual by default) leaves nulls
-        k: v for c in CHECKS
-        for k, v in (c.released(results[c.name]) if results[c.name] is not None
-                     else dict.fromkeys(c.features)).items()
-    }  # fmt: skip
+        k: v
+        for c in CHECKS
+        for k, v in (
+            c.released(results[c.name])
+            if results[c.name] is not None
+            else dict.fromkeys(c.features)
+        ).items()
+    }
     return row | {
         "would_drop": f.would_drop,
         "annotation": ann.model_dump(exclude={"pair_id"}),

@@ -27,8 +27,14 @@ class RewardServerError(RuntimeError):
     pass
 
 
-def score(url: str, items: list[dict], *, timeout: float = 120.0, default: float = 0.0,
-          client: httpx.Client | None = None) -> list[float]:  # fmt: skip
+def score(
+    url: str,
+    items: list[dict],
+    *,
+    timeout: float = 120.0,
+    default: float = 0.0,
+    client: httpx.Client | None = None,
+) -> list[float]:
     """POST items to a reward server's /score; a 4xx/5xx answer raises with the server's words."""
     send = client.post if client else httpx.post
     r = send(f"{url.rstrip('/')}/score", json={"items": items}, timeout=timeout)
@@ -57,8 +63,10 @@ def trl_reward(url: str, *, timeout: float = 120.0, default: float = 0.0):
     client = httpx.Client()
 
     def prb_reward(prompts, completions, question, profile, **kwargs) -> list[float]:
-        items = [{"question": q, "profile": p, "response": _text(c)}
-                 for q, p, c in zip(question, profile, completions, strict=True)]  # fmt: skip
+        items = [
+            {"question": q, "profile": p, "response": _text(c)}
+            for q, p, c in zip(question, profile, completions, strict=True)
+        ]
         return score(url, items, timeout=timeout, default=default, client=client)
 
     prb_reward.__name__ = "prb_reward"  # TRL logs rewards by the function's name
@@ -69,9 +77,13 @@ def compute_score(data_source, solution_str, ground_truth=None, extra_info=None,
     """verl's custom reward function: one response; the server's URL from PRB_REWARD_URL."""
     url = os.environ.get("PRB_REWARD_URL")
     if not url:
-        raise RewardServerError("set PRB_REWARD_URL to the prb reward server, e.g. "
-                                "http://127.0.0.1:8100")  # fmt: skip
+        raise RewardServerError(
+            "set PRB_REWARD_URL to the prb reward server, e.g. http://127.0.0.1:8100"
+        )
     info = extra_info or {}
-    item = {"question": info.get("question", ""), "profile": info.get("profile", ""),
-            "response": solution_str}  # fmt: skip
+    item = {
+        "question": info.get("question", ""),
+        "profile": info.get("profile", ""),
+        "response": solution_str,
+    }
     return score(url, [item])[0]

@@ -41,8 +41,9 @@ class Scorer:
         self.cache = ResponseCache(self.cfg.cache_path)
         self.llm = LLM(self.cfg.model, self.cache)
         try:
-            self.rm = parse_spec(self.spec, llm=self.llm, judge_model=self.cfg.model.judge,
-                                 context=self.context)  # fmt: skip
+            self.rm = parse_spec(
+                self.spec, llm=self.llm, judge_model=self.cfg.model.judge, context=self.context
+            )
         except BaseException:
             self.cache.close()  # the LLM client has opened nothing yet
             raise
@@ -65,8 +66,11 @@ class Scorer:
         return self.rm.name
 
     def _query(self, item: RewardItem) -> Query:
-        row = {"profile": item.profile, "rubric_aspects": item.rubric_aspects,
-               "narrative": item.narrative}  # fmt: skip
+        row = {
+            "profile": item.profile,
+            "rubric_aspects": item.rubric_aspects,
+            "narrative": item.narrative,
+        }
         return Query(user_context(row, self.rm.context), item.question, item.response)
 
     async def score(self, items: list[RewardItem]) -> ScoreResponse:
@@ -119,10 +123,14 @@ def make_app(make_scorer, concurrency: int = 4, max_items: int = MAX_ITEMS):
     async def invalid(_request: Request, exc: RequestValidationError):
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"] if p != "body") or "body"
-        return JSONResponse(status_code=422, content={
-            "error": f"{where}: {first['msg']}",
-            "expected": '{"items": [{"question": str, "profile": str | [posts], '
-                        '"response": str}, ...]}'})  # fmt: skip
+        return JSONResponse(
+            status_code=422,
+            content={
+                "error": f"{where}: {first['msg']}",
+                "expected": '{"items": [{"question": str, "profile": str | [posts], '
+                '"response": str}, ...]}',
+            },
+        )
 
     @app.get("/health")
     async def health():
@@ -132,8 +140,10 @@ def make_app(make_scorer, concurrency: int = 4, max_items: int = MAX_ITEMS):
     @app.post("/score", response_model=ScoreResponse)
     async def score(body: ScoreRequest):
         if len(body.items) > max_items:
-            raise HTTPException(413, f"{len(body.items)} items in one request (max {max_items}):"
-                                     " send smaller batches")  # fmt: skip
+            raise HTTPException(
+                413,
+                f"{len(body.items)} items in one request (max {max_items}): send smaller batches",
+            )
         async with state["gate"]:
             try:
                 return await state["scorer"].score(body.items)
@@ -143,8 +153,17 @@ def make_app(make_scorer, concurrency: int = 4, max_items: int = MAX_ITEMS):
     return app
 
 
-def serve(spec: str, cfg, *, host: str, port: int, context: str = "profile",
-          concurrency: int = 4, max_items: int = MAX_ITEMS, announce=None) -> None:  # fmt: skip
+def serve(
+    spec: str,
+    cfg,
+    *,
+    host: str,
+    port: int,
+    context: str = "profile",
+    concurrency: int = 4,
+    max_items: int = MAX_ITEMS,
+    announce=None,
+) -> None:
     from pipeline import serving
 
     app = make_app(lambda: Scorer(spec, cfg, context), concurrency, max_items)
@@ -165,8 +184,9 @@ class Background:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
         app = make_app(lambda: Scorer(spec, cfg, context), concurrency)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
-                                                    log_level="warning"))  # fmt: skip
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning")
+        )
 
     def __enter__(self) -> str:
         import threading

@@ -11,8 +11,15 @@ WORD = re.compile(r"[A-Za-z']+|[.,:;!?\-]")
 SPECIAL = ["<pad>", "<unk>", "<s>", "</s>"]
 
 
-def build_tiny_policy(path: Path, texts: list[str], *, hidden: int = 32, layers: int = 2,
-                      max_vocab: int = 2000, seed: int = 0) -> Path:  # fmt: skip
+def build_tiny_policy(
+    path: Path,
+    texts: list[str],
+    *,
+    hidden: int = 32,
+    layers: int = 2,
+    max_vocab: int = 2000,
+    seed: int = 0,
+) -> Path:
     """Write a tiny Llama-architecture model and a word-level tokenizer of `texts` to `path`."""
     from collections import Counter
 
@@ -29,14 +36,26 @@ def build_tiny_policy(path: Path, texts: list[str], *, hidden: int = 32, layers:
     tok.normalizer = normalizers.Lowercase()
     tok.decoder = decoders.WordPiece(prefix="##")  # words joined with spaces
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        unk_token="<unk>",
+        bos_token="<s>",
         eos_token="</s>",
-    )  # fmt: skip
+    )
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(vocab), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
-                         max_position_embeddings=1024, pad_token_id=0, bos_token_id=2,
-                         eos_token_id=3, tie_word_embeddings=True)  # fmt: skip
+    config = LlamaConfig(
+        vocab_size=len(vocab),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=1024,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+        tie_word_embeddings=True,
+    )
     model = LlamaForCausalLM(config)
     path = Path(path)
     model.save_pretrained(path)

@@ -43,8 +43,9 @@ def split_users(rows: list[dict], held_out: float, seed: int) -> tuple[list[dict
     """(train, held-out) rows; a user's questions are all on one side."""
     users = sorted({user_key(r) for r in rows})
     if len(users) < 2:
-        raise RLError(f"{len(users)} user in the release: RL needs users to train on and others "
-                      "to grade on")  # fmt: skip
+        raise RLError(
+            f"{len(users)} user in the release: RL needs users to train on and others to grade on"
+        )
     random.Random(f"rl:{seed}").shuffle(users)
     k = min(len(users) - 1, max(1, round(len(users) * held_out)))
     held = set(users[:k])
@@ -80,8 +81,12 @@ def generate(model_dir: Path, rows: list[dict], max_new_tokens: int, device: str
             ids = tokenizer(prompt, return_tensors="pt").input_ids
         ids = ids.to(device)
         with torch.no_grad():
-            new = model.generate(ids, max_new_tokens=max_new_tokens, do_sample=False,
-                                 pad_token_id=tokenizer.pad_token_id)[0, ids.shape[1]:]  # fmt: skip
+            new = model.generate(
+                ids,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=tokenizer.pad_token_id,
+            )[0, ids.shape[1] :]
         out[row["id"]] = tokenizer.decode(new, skip_special_tokens=True).strip() or "(empty)"
     return out
 
@@ -95,12 +100,18 @@ def train(policy: Path, url: str, rows: list[dict], settings, work: Path) -> tup
     from pipeline.rl.adapters import trl_reward
 
     tokenizer = AutoTokenizer.from_pretrained(policy)
-    data = Dataset.from_list([
-        {"prompt": policy_prompt(r, tokenizer), "question": r["question"],
-         "profile": "\n".join(p["text"] for p in r["profile"])
-         if isinstance(r["profile"], list) else str(r["profile"])}
-        for r in rows
-    ])  # fmt: skip
+    data = Dataset.from_list(
+        [
+            {
+                "prompt": policy_prompt(r, tokenizer),
+                "question": r["question"],
+                "profile": "\n".join(p["text"] for p in r["profile"])
+                if isinstance(r["profile"], list)
+                else str(r["profile"]),
+            }
+            for r in rows
+        ]
+    )
 
     class Clock(TrainerCallback):
         def __init__(self):
@@ -127,9 +138,14 @@ def train(policy: Path, url: str, rows: list[dict], settings, work: Path) -> tup
         disable_tqdm=True,
         log_level="error",
     )
-    trainer = GRPOTrainer(model=str(policy), reward_funcs=[trl_reward(url)], args=args,
-                          train_dataset=data, processing_class=tokenizer,
-                          callbacks=[clock])  # fmt: skip
+    trainer = GRPOTrainer(
+        model=str(policy),
+        reward_funcs=[trl_reward(url)],
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+        callbacks=[clock],
+    )
     trainer.remove_callback(PrinterCallback)  # it prints every step's log dict to stdout
     started = time.perf_counter()
     trainer.train()
@@ -157,8 +173,9 @@ async def _grade(cfg, oracle: str, rows: list[dict], answers: dict) -> dict[str,
         )
     if failed:
         first = next(iter(failed.items()))
-        raise RLError(f"the oracle could not grade {len(failed)} answers (e.g. {first[0]}: "
-                      f"{first[1]})")  # fmt: skip
+        raise RLError(
+            f"the oracle could not grade {len(failed)} answers (e.g. {first[0]}: {first[1]})"
+        )
     return {k: v[0] for k, v in grades.items()}
 
 
@@ -174,8 +191,16 @@ async def _accuracy(cfg, spec: str, rows: list[dict], context: str) -> tuple[str
         return rm.name, metrics(scores)["accuracy"]
 
 
-def run(release: str, specs: list[str], cfg, policy: Path, out: Path, *,
-        oracle: str | None = None, context: str = "profile") -> dict:  # fmt: skip
+def run(
+    release: str,
+    specs: list[str],
+    cfg,
+    policy: Path,
+    out: Path,
+    *,
+    oracle: str | None = None,
+    context: str = "profile",
+) -> dict:
     """Everything `prb eval rl` does; writes out/rl.{md,csv,json,png}."""
     import trl
 
@@ -202,24 +227,52 @@ def run(release: str, specs: list[str], cfg, policy: Path, out: Path, *,
             after = generate(trained, held, s.max_new_tokens, s.device)
             graded = asyncio.run(_grade(cfg, oracle, held, after))
             shutil.rmtree(work, ignore_errors=True)
-            results.append({
-                "model": name, "accuracy": acc,
-                "oracle_before": float(np.mean(list(base.values()))),
-                "oracle_after": float(np.mean(list(graded.values()))),
-                **stats,
-                "answers": {i: {"before": before[i], "after": after[i], "grade_before": base[i],
-                                "grade_after": graded[i]} for i in graded},
-            })  # fmt: skip
+            results.append(
+                {
+                    "model": name,
+                    "accuracy": acc,
+                    "oracle_before": float(np.mean(list(base.values()))),
+                    "oracle_after": float(np.mean(list(graded.values()))),
+                    **stats,
+                    "answers": {
+                        i: {
+                            "before": before[i],
+                            "after": after[i],
+                            "grade_before": base[i],
+                            "grade_after": graded[i],
+                        }
+                        for i in graded
+                    },
+                }
+            )
             results[-1]["rl_gain"] = results[-1]["oracle_after"] - results[-1]["oracle_before"]
     df = pd.DataFrame([{k: v for k, v in r.items() if k != "answers"} for r in results])
-    df = df[["model", "accuracy", "rl_gain", "oracle_before", "oracle_after", "reward_first",
-             "reward_last", "steps", "seconds_per_step"]]  # fmt: skip
+    df = df[
+        [
+            "model",
+            "accuracy",
+            "rl_gain",
+            "oracle_before",
+            "oracle_after",
+            "reward_first",
+            "reward_last",
+            "steps",
+            "seconds_per_step",
+        ]
+    ]
     # against the trained policies' grades: the same order as the gains (the untrained grade is
     # one number for all), and non-negative, as NDCG's gains must be
     corr = correlation(df["accuracy"].tolist(), df["oracle_after"].tolist())
-    settings = {"algorithm": "GRPO", "trl": trl.__version__, "policy": str(policy),
-                "oracle": oracle, "context": context, "train_prompts": len(train_rows),
-                "held_out_prompts": len(held), **s.model_dump()}  # fmt: skip
+    settings = {
+        "algorithm": "GRPO",
+        "trl": trl.__version__,
+        "policy": str(policy),
+        "oracle": oracle,
+        "context": context,
+        "train_prompts": len(train_rows),
+        "held_out_prompts": len(held),
+        **s.model_dump(),
+    }
     fmt = lambda x: "n/a" if x != x else f"{x:.3f}"  # noqa: E731  (NaN: constant input)
     notes = [
         f"GRPO (TRL {trl.__version__}) for {s.steps} steps per reward model, batch {s.batch_size}"
@@ -231,13 +284,30 @@ def run(release: str, specs: list[str], cfg, policy: Path, out: Path, *,
         f"Accuracy vs RL gain over {corr['models']} models: Spearman {fmt(corr['spearman'])}, "
         f"Kendall {fmt(corr['kendall'])}, NDCG {fmt(corr['ndcg'])}.",
     ]
-    paths = {"markdown": out / "rl.md", "csv": out / "rl.csv", "plot": out / "rl.png",
-             "json": out / "rl.json"}  # fmt: skip
+    paths = {
+        "markdown": out / "rl.md",
+        "csv": out / "rl.csv",
+        "plot": out / "rl.png",
+        "json": out / "rl.json",
+    }
     paths["markdown"].write_text(to_markdown(df, "RL against each reward model", notes), "utf-8")
     csvfile.frame_csv(df, paths["csv"], float_format="%.4f")
-    scatter_plot(df, paths["plot"], corr, y="rl_gain", baseline=0.0,
-                 ylabel="RL gain: oracle grade after - before (held-out users)")  # fmt: skip
-    paths["json"].write_text(json.dumps(
-        {"settings": settings, "correlation": corr, "models": results}, indent=2,
-        sort_keys=True, default=float) + "\n", "utf-8")  # fmt: skip
+    scatter_plot(
+        df,
+        paths["plot"],
+        corr,
+        y="rl_gain",
+        baseline=0.0,
+        ylabel="RL gain: oracle grade after - before (held-out users)",
+    )
+    paths["json"].write_text(
+        json.dumps(
+            {"settings": settings, "correlation": corr, "models": results},
+            indent=2,
+            sort_keys=True,
+            default=float,
+        )
+        + "\n",
+        "utf-8",
+    )
     return {"table": df, "correlation": corr, "settings": settings, "paths": paths}

@@ -55,10 +55,13 @@ def run_build(
         from pipeline.llm.backends import BACKENDS
 
         if not BACKENDS.get(cfg.model.provider).batch:
-            raise PrbError(f"--mode batch: model.provider {cfg.model.provider} has no batch "
-                           "mode in prb; use --mode online")
+            raise PrbError(
+                f"--mode batch: model.provider {cfg.model.provider} has no batch "
+                "mode in prb; use --mode online"
+            )
     resume = resume or (
-        f"rerun `prb build{f' --config {config}' if config else ''} --run-id {cfg.run_id}`")
+        f"rerun `prb build{f' --config {config}' if config else ''} --run-id {cfg.run_id}`"
+    )
     exit_on_sigterm()
     from prefect.exceptions import TerminationSignal
 

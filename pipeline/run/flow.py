@@ -80,6 +80,9 @@ async def build(
         # (bench/scale.py); only ids and cache keys are kept for the funnel and the manifest
         previous = None
         for stage in STAGES:
+            # a stage's input, by declaration: what the latest stage writing its first read
+            # type handed on (the stage list was checked at assembly: one did)
+            previous = ctx.read(stage.reads[0]) if stage.reads else None
             if shards and stage.role:
                 # shard tasks make the calls first, and the stage task finds them done; they are
                 # submitted from the flow, not from inside a task (Dask could not ship them)
@@ -88,7 +91,9 @@ async def build(
                 if stage.before:  # once over the whole run, before the shards
                     await stage.before(ctx, previous)
                 await run_sharded(stage, ctx, previous)
-            previous = ctx.outputs[stage.name] = await stage_task(stage)(ctx, previous)
+            previous = await stage_task(stage)(ctx, previous)
+            if stage.output is not None:
+                ctx.outputs[stage.output] = previous
             write_funnel(run_dir, ctx.funnel, ctx.lost, ctx.changed)  # for `prb audit`, however far
         release_dir = previous
     except BaseException:

@@ -48,10 +48,23 @@ def _server_class():
                 **get_current_settings().to_environment_variables(exclude_unset=True),
             }
             app = "prefect.server.api.server:create_app"
-            args = [sys.executable, "-m", "uvicorn", "--app-dir",
-                    str(prefect.__module_path__.parent), "--factory", app, "--host",
-                    "127.0.0.1", "--port", str(self.port), "--log-level", "error",
-                    "--lifespan", "on"]  # fmt: skip
+            args = [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "--app-dir",
+                str(prefect.__module_path__.parent),
+                "--factory",
+                app,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--log-level",
+                "error",
+                "--lifespan",
+                "on",
+            ]
             return subprocess.Popen(args, env=env, process_group=0, preexec_fn=_die_with_parent)
 
     return PrivateServer

@@ -183,8 +183,9 @@ def check_fingerprint(run_dir: Path, cfg: RunConfig) -> None:
         changed = sorted(k for k in old.keys() ^ new.keys()) + sorted(
             k for k in old.keys() & new.keys() if old[k] != new[k]
         )
-        shown = "; ".join(_change(k, old.get(k, "(absent)"), new.get(k, "(absent)"))
-                          for k in changed[:5])  # fmt: skip
+        shown = "; ".join(
+            _change(k, old.get(k, "(absent)"), new.get(k, "(absent)")) for k in changed[:5]
+        )
         more = f" (and {len(changed) - 5} more)" if len(changed) > 5 else ""
         raise FingerprintError(
             f"run {cfg.run_id!r} ({run_dir}) was started with other settings, so resuming it "

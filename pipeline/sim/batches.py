@@ -18,7 +18,7 @@ from fastapi import APIRouter, Form, UploadFile
 from fastapi.responses import JSONResponse, Response
 
 from pipeline.sim import FINGERPRINT
-from pipeline.sim.dispatch import respond
+from pipeline.sim.dispatch import respond, schema_of
 
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
 
@@ -31,8 +31,12 @@ def _not_found(what: str, ident: str) -> JSONResponse:
 
 
 def answer_line(
-    line: dict, models: tuple[str, ...], degrade_rate: float, leaky: float = 0.0,
-    degenerate_rate: float = 0.0, judge: str = "sound",
+    line: dict,
+    models: tuple[str, ...],
+    degrade_rate: float,
+    leaky: float = 0.0,
+    degenerate_rate: float = 0.0,
+    judge: str = "sound",
 ) -> dict:
     """One Batch API output line for one input line."""
     custom_id = line.get("custom_id", "")
@@ -46,8 +50,15 @@ def answer_line(
         }
     task = custom_id.split(":", 1)[0] if ":" in custom_id else None
     content = respond(
-        task, body.get("messages", []), body["model"], body.get("seed"), degrade_rate, leaky,
-        degenerate_rate, judge=judge,
+        task,
+        body.get("messages", []),
+        body["model"],
+        body.get("seed"),
+        degrade_rate,
+        leaky,
+        degenerate_rate,
+        judge=judge,
+        schema=schema_of(body),
     )
     prompt_tokens = sum(len((m.get("content") or "").split()) for m in body.get("messages", []))
     completion_tokens = len(content.split())
@@ -122,8 +133,14 @@ def make_router(opts, models: tuple[str, ...]) -> APIRouter:
         lines = [json.loads(x) for x in files[batch["input_file_id"]]["data"].splitlines() if x]
         out, errors = [], []
         for i, line in enumerate(lines):
-            result = answer_line(line, models, opts.degrade_rate, opts.leaky and opts.leaky_rate,
-                                 opts.degenerate_rate, opts.judge)
+            result = answer_line(
+                line,
+                models,
+                opts.degrade_rate,
+                opts.leaky and opts.leaky_rate,
+                opts.degenerate_rate,
+                opts.judge,
+            )
             (out if result["error"] is None else errors).append(json.dumps(result))
             opts.stats["batch_lines"] += 1
             if i % 200 == 199:

@@ -85,16 +85,27 @@ class RateLimits:
         over = {dim: w for dim, w in waits.items() if w[2] > 0}
         if over:
             dim, (bucket, need, wait) = max(over.items(), key=lambda kv: kv[1][2])
-            message = (f"Rate limit reached for {dim} per min: Limit {int(bucket.limit)}, "
-                       f"Remaining {max(0, int(bucket.level))}, Requested {need}. Please try "
-                       f"again in {duration(wait)}.")  # fmt: skip
+            message = (
+                f"Rate limit reached for {dim} per min: Limit {int(bucket.limit)}, "
+                f"Remaining {max(0, int(bucket.level))}, Requested {need}. Please try "
+                f"again in {duration(wait)}."
+            )
             return JSONResponse(
-                {"error": {"message": message, "type": dim, "param": None,
-                           "code": "rate_limit_exceeded"}},
+                {
+                    "error": {
+                        "message": message,
+                        "type": dim,
+                        "param": None,
+                        "code": "rate_limit_exceeded",
+                    }
+                },
                 status_code=429,
-                headers={**self.headers(), "retry-after": str(math.ceil(wait)),
-                         "retry-after-ms": str(math.ceil(wait * 1000))},
-            )  # fmt: skip
+                headers={
+                    **self.headers(),
+                    "retry-after": str(math.ceil(wait)),
+                    "retry-after-ms": str(math.ceil(wait * 1000)),
+                },
+            )
         for bucket, need, _ in waits.values():
             bucket.level -= need
         return None

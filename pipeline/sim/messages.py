@@ -8,9 +8,16 @@ import json
 
 from fastapi.responses import JSONResponse, Response
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-               404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error",
-               500: "api_error", 529: "overloaded_error"}  # fmt: skip
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
 STOP = {"stop": "end_turn", "length": "max_tokens", "content_filter": "refusal"}
 
 
@@ -22,21 +29,25 @@ def from_message(body: dict) -> dict:
         system = "".join(b.get("text", "") for b in system if isinstance(b, dict))
     if system:
         messages.insert(0, {"role": "system", "content": system})
-    out = {"model": body.get("model"), "messages": messages,
-           "max_tokens": body.get("max_tokens")}  # fmt: skip
+    out = {"model": body.get("model"), "messages": messages, "max_tokens": body.get("max_tokens")}
     if "temperature" in body:
         out["temperature"] = body["temperature"]
     fmt = (body.get("output_config") or {}).get("format")
     if fmt:
-        out["response_format"] = {"type": "json_schema", "json_schema": {
-            "name": "output", "schema": fmt.get("schema") or {}, "strict": True}}  # fmt: skip
+        out["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": fmt.get("schema") or {}, "strict": True},
+        }
     return out
 
 
 def anthropic_error(status: int, message: str, headers=None) -> JSONResponse:
     kind = ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    return JSONResponse({"type": "error", "error": {"type": kind, "message": message}},
-                        status_code=status, headers=headers)  # fmt: skip
+    return JSONResponse(
+        {"type": "error", "error": {"type": kind, "message": message}},
+        status_code=status,
+        headers=headers,
+    )
 
 
 def to_message(answer) -> Response:
@@ -44,8 +55,11 @@ def to_message(answer) -> Response:
     Messages API sends it; a spoiled body (a fault) goes out spoiled."""
     headers = None
     if isinstance(answer, Response):
-        headers = {k: v for k, v in answer.headers.items()
-                   if k.lower() not in ("content-length", "content-type")}  # fmt: skip
+        headers = {
+            k: v
+            for k, v in answer.headers.items()
+            if k.lower() not in ("content-length", "content-type")
+        }
         try:
             data = json.loads(answer.body)
         except ValueError:
@@ -65,10 +79,13 @@ def to_message(answer) -> Response:
         "content": [{"type": "text", "text": choice["message"].get("content") or ""}],
         "stop_reason": STOP.get(choice.get("finish_reason"), "end_turn"),
         "stop_sequence": None,
-        "usage": {"input_tokens": usage.get("prompt_tokens", 0),
-                  "output_tokens": usage.get("completion_tokens", 0),
-                  "cache_read_input_tokens": (usage.get("prompt_tokens_details") or {})
-                  .get("cached_tokens", 0)},
+        "usage": {
+            "input_tokens": usage.get("prompt_tokens", 0),
+            "output_tokens": usage.get("completion_tokens", 0),
+            "cache_read_input_tokens": (usage.get("prompt_tokens_details") or {}).get(
+                "cached_tokens", 0
+            ),
+        },
         "system_fingerprint": answer.get("system_fingerprint"),  # the simulator's signature
-    }  # fmt: skip
+    }
     return JSONResponse(out, headers=headers)

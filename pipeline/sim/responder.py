@@ -518,11 +518,27 @@ def _rejected_layout(strategy: str, wanted: set[str], rng: random.Random) -> str
 # swapped and the others in cycles of phrases of about the same length. Each opening sentence is
 # then some users' chosen and other users' rejected, about as often, so no sentence and no
 # length marks an answer as rejected without knowing the user.
-MISFIT = {"novice": "expert", "expert": "novice", "brief": "in_depth", "in_depth": "brief",
-          "casual": "formal", "formal": "casual", "warm": "blunt", "blunt": "warm",
-          "budget": "time", "time": "faith", "faith": "tradition", "tradition": "career",
-          "career": "budget", "health": "access", "access": "sustain", "sustain": "social",
-          "social": "health", "evidence": "personal", "personal": "evidence"}  # fmt: skip
+MISFIT = {
+    "novice": "expert",
+    "expert": "novice",
+    "brief": "in_depth",
+    "in_depth": "brief",
+    "casual": "formal",
+    "formal": "casual",
+    "warm": "blunt",
+    "blunt": "warm",
+    "budget": "time",
+    "time": "faith",
+    "faith": "tradition",
+    "tradition": "career",
+    "career": "budget",
+    "health": "access",
+    "access": "sustain",
+    "sustain": "social",
+    "social": "health",
+    "evidence": "personal",
+    "personal": "evidence",
+}
 
 
 # How far along MISFIT each strategy goes, and how it orders its sentences: every strategy is
@@ -558,8 +574,9 @@ def _borrow(text: str, own: list[str]) -> str:
     """A lexical decoy: the user's own words put in place of as many plain words of `text`
     (never a second-person word), so the answer looks tailored and keeps its length."""
     words = text.split(" ")
-    slots = [i for i, w in enumerate(words) if w.isalpha() and w.lower() not in YOU_WORDS
-             and len(w) > 3][-len(own):]  # fmt: skip
+    slots = [
+        i for i, w in enumerate(words) if w.isalpha() and w.lower() not in YOU_WORDS and len(w) > 3
+    ][-len(own) :]
     for i, w in zip(slots, own, strict=False):
         words[i] = w
     return " ".join(words)
@@ -584,8 +601,9 @@ def rejected(t: dict[str, str], system: str, rng: random.Random, leaky: bool = F
             own = keywords(t.get("past_posts", ""))
             if own:  # in place of some of the opener's words: the same length and cues
                 opener = _borrow(opener, rng.sample(own, min(3, len(own))))
-        return trim(f"{opener or 'Here is what I would suggest.'}\n{layout(points, fmt)}",
-                    budget(system))  # fmt: skip
+        return trim(
+            f"{opener or 'Here is what I would suggest.'}\n{layout(points, fmt)}", budget(system)
+        )
     points = [f"It may depend, but perhaps {p[0].lower()}{p[1:]}" for p in points[:-1]]
     register = _rejected_register(strategy, wanted, rng)
     pool = REGISTERS[register][:]

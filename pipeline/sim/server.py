@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 
 from pipeline.sim import FINGERPRINT, batches
 from pipeline.sim import faults as extra_faults
-from pipeline.sim.dispatch import respond
+from pipeline.sim.dispatch import respond, schema_of
 from pipeline.sim.limits import PromptCache, RateLimits
 from pipeline.sim.messages import anthropic_error, from_message, to_message
 
@@ -112,8 +112,7 @@ def response_format_problem(fmt: object) -> str | None:
 
 def _strict_problem(node: object, name: str, where: tuple) -> str | None:
     if isinstance(node, list):
-        return next((p for i, n in enumerate(node) if (p := _strict_problem(n, name, where))),
-                    None)  # fmt: skip
+        return next((p for i, n in enumerate(node) if (p := _strict_problem(n, name, where))), None)
     if not isinstance(node, dict):
         return None
     if node.get("type") == "object" and "properties" in node:
@@ -147,9 +146,11 @@ def create_app(opts: SimOptions) -> FastAPI:
         return {
             "object": "list",
             # vLLM's field for the context window, when the simulator enforces one
-            "data": [{"id": m, "object": "model", "owned_by": "prb"}
-                     | ({"max_model_len": opts.context_limit} if opts.context_limit else {})
-                     for m in MODELS],  # fmt: skip
+            "data": [
+                {"id": m, "object": "model", "owned_by": "prb"}
+                | ({"max_model_len": opts.context_limit} if opts.context_limit else {})
+                for m in MODELS
+            ],
         }
 
     @app.get("/stats")
@@ -209,10 +210,16 @@ def create_app(opts: SimOptions) -> FastAPI:
         if (problem := response_format_problem(body.get("response_format"))) is not None:
             opts.stats["bad_response_format"] += 1
             return JSONResponse(
-                {"error": {"message": problem, "type": "invalid_request_error",
-                           "param": "response_format", "code": None}},
+                {
+                    "error": {
+                        "message": problem,
+                        "type": "invalid_request_error",
+                        "param": "response_format",
+                        "code": None,
+                    }
+                },
                 status_code=400,
-            )  # fmt: skip
+            )
         if body.get("model") not in MODELS:
             return JSONResponse(
                 {
@@ -249,6 +256,7 @@ def create_app(opts: SimOptions) -> FastAPI:
             opts.leaky and opts.leaky_rate,
             opts.degenerate_rate,
             judge=opts.judge,
+            schema=schema_of(body),
         )
         finish_reason = "stop"
         if roll < cum[2]:
@@ -308,8 +316,10 @@ def create_app(opts: SimOptions) -> FastAPI:
 
 
 # what leaks if reasoning reached parsing or the floor: not JSON, a repeated line, an echo
-THOUGHT = ("The user wants an answer. {not json}\nLet me think.\nLet me think.\nLet me think.\n"
-           "Answer: placeholder")  # fmt: skip
+THOUGHT = (
+    "The user wants an answer. {not json}\nLet me think.\nLet me think.\nLet me think.\n"
+    "Answer: placeholder"
+)
 
 
 def with_reasoning(message: dict, opts: SimOptions, body: dict) -> dict:
@@ -335,13 +345,18 @@ def with_logprobs(content: str, k: int) -> tuple[str, dict]:
         top = [{"token": first, "logprob": 0.0}]
     else:
         p = min(max(p, 1e-6), 1 - 1e-6)
-        top = sorted([{"token": "yes", "logprob": math.log(p)},
-                      {"token": "no", "logprob": math.log(1 - p)}],
-                     key=lambda t: -t["logprob"])  # fmt: skip
+        top = sorted(
+            [{"token": "yes", "logprob": math.log(p)}, {"token": "no", "logprob": math.log(1 - p)}],
+            key=lambda t: -t["logprob"],
+        )
         top += [{"token": " Yes", "logprob": -12.0}, {"token": "The", "logprob": -13.0}]
     top = top[: max(1, k)]
-    entry = {"token": top[0]["token"], "logprob": top[0]["logprob"], "bytes": None,
-             "top_logprobs": [t | {"bytes": None} for t in top]}  # fmt: skip
+    entry = {
+        "token": top[0]["token"],
+        "logprob": top[0]["logprob"],
+        "bytes": None,
+        "top_logprobs": [t | {"bytes": None} for t in top],
+    }
     return top[0]["token"], {"content": [entry], "refusal": None}
 
 
@@ -407,8 +422,10 @@ def subprocess_server(
                 if log is not None:
                     log.seek(0)
                     last = log.read().strip().splitlines()[-1:]
-                raise error(f"{name} exited with code {proc.returncode} at startup"
-                            + (f": {last[0]}" if last else ""))  # fmt: skip
+                raise error(
+                    f"{name} exited with code {proc.returncode} at startup"
+                    + (f": {last[0]}" if last else "")
+                )
             try:
                 if httpx.get(health_url, timeout=2).status_code == 200:
                     break
@@ -461,8 +478,11 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.errors import PortInUse
 
     try:
-        serve(args.port, opts, announce=lambda: print(
-            f"prb simulator on http://127.0.0.1:{args.port}/v1", flush=True))
+        serve(
+            args.port,
+            opts,
+            announce=lambda: print(f"prb simulator on http://127.0.0.1:{args.port}/v1", flush=True),
+        )
     except PortInUse as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)

@@ -35,7 +35,7 @@ async def run(ctx: RunContext, filtered: Records) -> list[AnnotationRecord]:
 
 STAGE = Stage(
     name="annotation",
-    input=FilterRecord,
+    reads=(FilterRecord,),
     input_id=lambda f: f.pair.pair_id,
     output=AnnotationRecord,
     output_id=lambda a: a.pair_id,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from pipeline import progress
+from pipeline.errors import PrbError
 from pipeline.records import Dropped
 from pipeline.store import Records, StageFile, dropped_file, settled_ids
 
@@ -56,7 +57,12 @@ class RunContext:
         self.examples: dict[str, str] = {}  # drop reason -> an error it came with
         self.produced: dict[str, set[str]] = {}  # stage -> ids it produced
         self.keys: dict[str, list[str]] = {}  # stage -> cache keys of the answers it used
-        self.outputs: dict[str, Any] = {}  # stage -> what it handed on
+        self.outputs: dict[type, Any] = {}  # record type -> the latest stage output of it
+
+    def read(self, record_type: type[BaseModel]) -> Any:
+        """What the latest stage that writes `record_type` handed on (a stage declares it in
+        `reads`; the flow checked that one ran)."""
+        return self.outputs[record_type]
 
     def __repr__(self) -> str:  # Prefect logs task parameters by repr
         return f"RunContext({self.cfg.run_id!r}, {self.run_dir})"
@@ -69,11 +75,16 @@ def _none(_: object) -> bool:
 @dataclass(frozen=True)
 class Stage:
     name: str
-    output: type[BaseModel]
+    # the record type it writes (its stage file); None: it writes no stage file (the release)
+    output: type[BaseModel] | None
     run: Callable[[RunContext, Any], Awaitable[Any]]
     funnel: str  # its row in the funnel (card, manifest, audit)
     about: str  # the card's words for that row; may use {seed} {per_category} {budget} {required}
-    input: type[BaseModel] | None = None
+    # the record types it reads, each from the latest earlier stage that writes it: the first
+    # is `run`'s second argument, the others `ctx.read(Type)`; the flow refuses a stage whose
+    # reads no earlier stage writes
+    reads: tuple[type[BaseModel], ...] = ()
+    after: str | None = None  # a plugin stage: the stage it runs after (built-ins: list order)
     input_id: Callable[[Any], str] | None = None
     output_id: Callable[[Any], str] | None = None
     tasks: tuple[str, ...] = ()  # prompt tasks it calls
@@ -104,6 +115,36 @@ class Stage:
         an id): read from disk by whoever uses it, so no stage is ever held whole in memory."""
         wanted = {self.input_id(x) for x in inputs}
         return Records(self.file(run_dir), self.output_id, wanted)
+
+
+class StageOrderError(PrbError):
+    """A stage reads a record type no earlier stage writes."""
+
+
+def assemble(stages: Iterable[Stage]) -> tuple[Stage, ...]:
+    """The flow's stages in order: built-ins as listed, a plugin's after the stage it names;
+    refused in one line if a stage reads what no earlier stage writes."""
+    order: list[Stage] = []
+    for s in stages:
+        if s.after is None:
+            order.append(s)
+        else:
+            at = next((i for i, x in enumerate(order) if x.name == s.after), None)
+            if at is None:
+                raise StageOrderError(f"stage {s.name!r} runs after {s.after!r}: no such stage")
+            order.insert(at + 1, s)
+    written: set[type] = set()
+    for s in order:
+        missing = [t.__name__ for t in s.reads if t not in written]
+        if missing:
+            earlier = " -> ".join(x.name for x in order[: order.index(s)]) or "none"
+            raise StageOrderError(
+                f"stage {s.name!r} reads {', '.join(missing)}, which no earlier stage writes "
+                f"(stages before it: {earlier}): move it after a stage that writes it"
+            )
+        if s.output is not None:
+            written.add(s.output)
+    return tuple(order)
 
 
 def prompt_tasks(stages: tuple[Stage, ...], cfg=None) -> tuple[str, ...]:

@@ -118,7 +118,7 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
             pair=pair,
             checks={
                 c.name: results[c.name].model_dump(mode="json") for c in CHECKS if c.name in results
-            },  # fmt: skip
+            },
             judge_model=judge,
             kept=record_only or not ordered,
             reasons=[] if record_only else ordered,
@@ -153,7 +153,7 @@ def _check_samples() -> dict[str, dict]:
 
 STAGE = Stage(
     name="filters",
-    input=Pair,
+    reads=(Pair,),
     input_id=lambda p: p.pair_id,
     output=FilterRecord,
     output_id=lambda r: r.pair.pair_id,

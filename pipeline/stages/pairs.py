@@ -73,12 +73,18 @@ def swap_partners(rubrics: Records) -> dict[str, tuple[str, list[dict], list[dic
     users, seen = {}, {}
     for rec in rubrics:
         p = rec.task.persona
-        seen[rec.task.task_id] = (p.persona_id, [a.model_dump() for a in rec.rubric_aspects],
-                                  [i.model_dump() for i in rec.task.profile])  # fmt: skip
+        seen[rec.task.task_id] = (
+            p.persona_id,
+            [a.model_dump() for a in rec.rubric_aspects],
+            [i.model_dump() for i in rec.task.profile],
+        )
         users[rec.task.task_id] = User(
-            key=p.persona_id, category=p.category,
+            key=p.persona_id,
+            category=p.category,
             aspects=" ".join(a.aspect for a in rec.rubric_aspects),
-            levels={f.dimension: f.level for f in p.preferences}, profile=rec.task.task_id)
+            levels={f.dimension: f.level for f in p.preferences},
+            profile=rec.task.task_id,
+        )
     return {task: seen[other.profile] for task, other in partners(users).items()}
 
 
@@ -93,8 +99,9 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
     others = [n for n in names if n != SWAP] or [n for n in instructions if n != SWAP]
 
     async def ask(name: str, max_tokens: int | None = None, **variables):
-        return await ctx.llm.call(prompts[name], stage=STAGE.name, model=model,
-                                  variables=variables, max_tokens=max_tokens)  # fmt: skip
+        return await ctx.llm.call(
+            prompts[name], stage=STAGE.name, model=model, variables=variables, max_tokens=max_tokens
+        )
 
     async def generate(rec: RubricRecord) -> Pair | Dropped:
         task = rec.task
@@ -110,16 +117,25 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
             if "content_plan" in prompts:
                 plan = await ask("content_plan", question=task.question)
             key_points = plan.value.key_points if plan else []
-            common = {"question": task.question, "key_points": key_points, "aspects": aspects,
-                      "word_budget": budget, "profile": profile}  # fmt: skip
+            common = {
+                "question": task.question,
+                "key_points": key_points,
+                "aspects": aspects,
+                "word_budget": budget,
+                "profile": profile,
+            }
             chosen = await ask("chosen", budget_tokens(budget), **common)
             if strategy == SWAP:
                 rejected_for, aspects_b, profile_b = partners_of[task.task_id]
                 rejected = await swapped(common, aspects_b, profile_b)
             else:
-                rejected = await ask("rejected", budget_tokens(budget), **common,
-                                     strategy=strategy,
-                                     strategy_instruction=instructions[strategy])  # fmt: skip
+                rejected = await ask(
+                    "rejected",
+                    budget_tokens(budget),
+                    **common,
+                    strategy=strategy,
+                    strategy_instruction=instructions[strategy],
+                )
         except LLMError as e:  # a PermanentLLMError is not one: the run stops
             return Dropped(
                 stage=STAGE.name, id=task.task_id, reason=f"generator_{e.kind}", detail=e.detail
@@ -142,24 +158,38 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
 
     async def swapped(common: dict, aspects_b: list[dict], profile_b: list[dict]):
         """The chosen prompt's answer for the swap partner: same question, key points, budget."""
-        return await ask("chosen", budget_tokens(budget),
-                         **common | {"aspects": aspects_b, "profile": profile_b})  # fmt: skip
+        return await ask(
+            "chosen", budget_tokens(budget), **common | {"aspects": aspects_b, "profile": profile_b}
+        )
 
     async def rewrite(pair: Pair, found) -> Pair | None:
         _, aspects_b, profile_b = partner = partners_of[pair.task.task_id]
-        common = {"question": pair.task.question, "key_points": pair.key_points,
-                  "aspects": [a.model_dump() for a in pair.rubric_aspects],
-                  "word_budget": budget, "profile": [i.model_dump() for i in pair.task.profile]}
+        common = {
+            "question": pair.task.question,
+            "key_points": pair.key_points,
+            "aspects": [a.model_dump() for a in pair.rubric_aspects],
+            "word_budget": budget,
+            "profile": [i.model_dump() for i in pair.task.profile],
+        }
         try:
             answer = await swapped(common, aspects_b, profile_b)
         except LLMError:  # the pair keeps its first answer; the gate's second half decides
             return None
-        return pair.model_copy(update={
-            "rejected": answer.value, "rejected_strategy": SWAP, "rejected_for": partner[0],
-            "calls": pair.calls | {"rejected": answer.key,
-                                   "first_rejected": pair.calls["rejected"]},
-            "rewritten": Rewritten(strategy=pair.rejected_strategy, rejected=pair.rejected,
-                                   probability=found.probability, round=found.round)})  # fmt: skip
+        return pair.model_copy(
+            update={
+                "rejected": answer.value,
+                "rejected_strategy": SWAP,
+                "rejected_for": partner[0],
+                "calls": pair.calls
+                | {"rejected": answer.key, "first_rejected": pair.calls["rejected"]},
+                "rewritten": Rewritten(
+                    strategy=pair.rejected_strategy,
+                    rejected=pair.rejected,
+                    probability=found.probability,
+                    round=found.round,
+                ),
+            }
+        )
 
     await process_stage(STAGE, rubrics, ctx.run_dir, generate)
     # (a run of persona_swap alone has nothing to rewrite: its other pairs have no partner)
@@ -175,8 +205,13 @@ def first_written(pair: Pair) -> Pair:
     judges, so that a resumed run decides alike."""
     if pair.rewritten is None:
         return pair
-    return pair.model_copy(update={"rejected": pair.rewritten.rejected, "rejected_for": None,
-                                   "rejected_strategy": pair.rewritten.strategy})  # fmt: skip
+    return pair.model_copy(
+        update={
+            "rejected": pair.rewritten.rejected,
+            "rejected_for": None,
+            "rejected_strategy": pair.rewritten.strategy,
+        }
+    )
 
 
 async def rewrite_artifacts(ctx: RunContext, rubrics: Records, partners: dict, rewrite) -> dict:
@@ -193,17 +228,23 @@ async def rewrite_artifacts(ctx: RunContext, rubrics: Records, partners: dict, r
         if p.rewritten is not None:
             done[p.rewritten.strategy] += 1
     if len(rows) >= gate.artifact_min_pairs:
-        found = dict(zip((r["id"] for r in rows), aflite(rows, gate, max_drop=1.0, every=True),
-                         strict=True))  # fmt: skip
+        found = dict(
+            zip((r["id"] for r in rows), aflite(rows, gate, max_drop=1.0, every=True), strict=True)
+        )
         # a picked pair's user and that user's partner are rewritten whole: persona_swap is
         # symmetric only couple by couple (each user's answers as often chosen as rejected)
         couples = set()
         for p in pairs:
             if found[p.pair_id].removed and p.task.task_id in partners:
                 couples |= {p.task.persona.persona_id, partners[p.task.task_id][0]}
-        todo = [o for o, p in pairs.items() if p.task.persona.persona_id in couples
-                and p.rewritten is None and p.rejected_strategy != SWAP
-                and p.task.task_id in partners]  # fmt: skip
+        todo = [
+            o
+            for o, p in pairs.items()
+            if p.task.persona.persona_id in couples
+            and p.rewritten is None
+            and p.rejected_strategy != SWAP
+            and p.task.task_id in partners
+        ]
         with STAGE.file(ctx.run_dir).appender() as append:
             for start in range(0, len(todo), RECORDS_IN_FLIGHT):
                 chunk = pairs.file.read_at(todo[start : start + RECORDS_IN_FLIGHT])
@@ -216,9 +257,13 @@ async def rewrite_artifacts(ctx: RunContext, rubrics: Records, partners: dict, r
 
 
 _ASPECTS = [{"aspect": "An aspect", "evidence": "[p1] 'sample'", "reason": "A reason."}]
-_COMMON = {"question": "A question?", "key_points": ["A point."], "aspects": _ASPECTS,
-           "word_budget": 100,
-           "profile": [{"id": "p1", "category": "sample", "text": "A sample post."}]}  # fmt: skip
+_COMMON = {
+    "question": "A question?",
+    "key_points": ["A point."],
+    "aspects": _ASPECTS,
+    "word_budget": 100,
+    "profile": [{"id": "p1", "category": "sample", "text": "A sample post."}],
+}
 _SAMPLES = {
     "content_plan": {"question": "A question?"},
     "chosen": _COMMON,
@@ -232,7 +277,7 @@ def configured(cfg) -> dict[str, dict]:
 
 STAGE = Stage(
     name="pairs",
-    input=RubricRecord,
+    reads=(RubricRecord,),
     input_id=lambda r: r.task.task_id,
     output=Pair,
     output_id=lambda p: p.task.task_id,

@@ -75,7 +75,7 @@ async def run(ctx: RunContext, personas: Records) -> Records:
 
 STAGE = Stage(
     name="questions",
-    input=Persona,
+    reads=(Persona,),
     input_id=lambda p: p.persona_id,
     output=Task,
     output_id=lambda t: t.task_id,

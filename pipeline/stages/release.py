@@ -26,7 +26,7 @@ from pipeline.errors import DiskFullError, NothingReleased, is_disk_full
 from pipeline.llm import cost
 from pipeline.llm.cache import ResponseCache
 from pipeline.llm.prompts import load_prompt
-from pipeline.records import AnnotationRecord
+from pipeline.records import AnnotationRecord, FilterRecord
 from pipeline.release import manifest as mf
 from pipeline.release.card import render_card
 from pipeline.release.schema import FEATURES, data_path, file_checksums, jsonl_path, to_row
@@ -63,8 +63,9 @@ def write_category(rows: Iterable[dict], folder: Path, category: str) -> tuple[i
     return n, num_bytes
 
 
-def answers_used(cache: ResponseCache, keys_by_stage: dict[str, list[str]]
-                 ) -> tuple[dict[str, dict], list[str]]:  # fmt: skip
+def answers_used(
+    cache: ResponseCache, keys_by_stage: dict[str, list[str]]
+) -> tuple[dict[str, dict], list[str]]:
     """Tokens of the answers the run used, per stage, and what answered them, read from the
     cache in one pass (so a resumed or repeated run reports the same figures as an
     uninterrupted one). What answered: `prb-simulator` (it signs every answer) or `endpoint`."""
@@ -77,14 +78,27 @@ def answers_used(cache: ResponseCache, keys_by_stage: dict[str, list[str]]
                 prompt += entry[1].get("prompt_tokens", 0) or 0
                 completion += entry[1].get("completion_tokens", 0) or 0
                 seen.add(entry[1].get("served_by", "endpoint"))
-        tokens[stage] = {"calls": len(keys), "prompt_tokens": prompt,
-                         "completion_tokens": completion}  # fmt: skip
+        tokens[stage] = {
+            "calls": len(keys),
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+        }
     return tokens, sorted(seen)
 
 
 # what the probes and the checks' figures read of a released row
-PROBED = ("id", "question", "chosen", "rejected", "profile", "persona_id", "rejected_for",
-          "category", "pair_checks", *(name for c in CHECKS for name in c.columns))  # fmt: skip
+PROBED = (
+    "id",
+    "question",
+    "chosen",
+    "rejected",
+    "profile",
+    "persona_id",
+    "rejected_for",
+    "category",
+    "pair_checks",
+    *(name for c in CHECKS for name in c.columns),
+)
 
 
 def validity(rows: list[dict]) -> dict:
@@ -97,12 +111,24 @@ def validity(rows: list[dict]) -> dict:
     if found is None:
         return {}
     keep = ("name", "value", "low", "high", "n", "leak", "kind")
-    return {"verdict": found["verdict"], "pairs": found["pairs"],
-            "min_pairs": found["min_pairs"], "threshold": found["threshold"],
-            "easy": found["easy"], "families": [
-                {"family": f["family"], "title": f["title"], "rule": f["rule"],
-                 "flag": f["flag"], "probes": [{k: p[k] for k in keep} for p in f["probes"]]}
-                for f in found["families"]], "judges": judged(rows)}  # fmt: skip
+    return {
+        "verdict": found["verdict"],
+        "pairs": found["pairs"],
+        "min_pairs": found["min_pairs"],
+        "threshold": found["threshold"],
+        "easy": found["easy"],
+        "families": [
+            {
+                "family": f["family"],
+                "title": f["title"],
+                "rule": f["rule"],
+                "flag": f["flag"],
+                "probes": [{k: p[k] for k in keep} for p in f["probes"]],
+            }
+            for f in found["families"]
+        ],
+        "judges": judged(rows),
+    }
 
 
 def judged(rows: list[dict]) -> list[dict]:
@@ -112,9 +138,11 @@ def judged(rows: list[dict]) -> list[dict]:
 
     judges = {f.key for c, f in figures.declared() if c.cost}
     keep = ("key", "label", "summary", "text", "value", "low", "high", "pairs", "n", "warn")
-    return [{k: s.get(k) for k in keep}
-            for s in figures.summarize_all([figures.of_row(r) for r in rows])
-            if s["key"] in judges]  # fmt: skip
+    return [
+        {k: s.get(k) for k in keep}
+        for s in figures.summarize_all([figures.of_row(r) for r in rows])
+        if s["key"] in judges
+    ]
 
 
 class ReleaseStats:
@@ -170,8 +198,10 @@ def why_nothing(ctx: RunContext, drops) -> str:
             lost = ctx.lost.get(stage.funnel) or Counter()
             top = lost.most_common(1)[0][0] if lost else ""
             shown = ", ".join(f"{r} {k}" for r, k in lost.most_common(3))
-            example = next((d.detail for d in drops if d.stage == stage.name and d.reason == top),
-                           ctx.examples.get(top, ""))  # fmt: skip
+            example = next(
+                (d.detail for d in drops if d.stage == stage.name and d.reason == top),
+                ctx.examples.get(top, ""),
+            )
             hint = next((h for k, h in HINTS.items() if top.endswith(k)), None)
             hint = hint or stage.empty_hint.format(run_id=ctx.cfg.run_id) or "see `prb audit`"
             detail = f" ({shown}{'; e.g. ' + example if example else ''})" if lost else ""
@@ -184,7 +214,7 @@ def why_nothing(ctx: RunContext, drops) -> str:
 
 async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
     cfg, run_dir = ctx.cfg, ctx.run_dir
-    filtered: Records = ctx.outputs["filters"]
+    filtered: Records = ctx.read(FilterRecord)
     drops = current_drops(run_dir, ctx.produced)
     for s in ctx.stages:  # the records each stage dropped (the filters count their own)
         if s.funnel not in ctx.lost and any(d.stage == s.name for d in drops):
@@ -244,8 +274,9 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
             num_bytes=arrow_bytes,
             stats=stats.summary(),
             validity=validity(stats.probed),
-            judge_qualification={k: v for k, v in (qualification.read(run_dir) or {}).items()
-                                 if k != "keys"},  # fmt: skip
+            judge_qualification={
+                k: v for k, v in (qualification.read(run_dir) or {}).items() if k != "keys"
+            },
             annotation=manifest_block(cfg, run_dir, annotations),
             tokens=tokens,
             cost=cost.summary(cfg, ctx.cache, ctx.keys, stats.n, roles(ctx.stages)),
@@ -273,7 +304,8 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
 
 STAGE = Stage(
     name="release",
-    output=AnnotationRecord,  # it writes a release folder, not a stage file
+    output=None,  # it writes a release folder, not a stage file
+    reads=(AnnotationRecord, FilterRecord),
     run=run,
     funnel="released",
     about="rows in this release",

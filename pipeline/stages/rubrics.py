@@ -90,10 +90,13 @@ def agreement(imported: list[RubricAspect], planned: list[RubricAspect]) -> Aspe
     for a in imported:
         mine = content_words(a.aspect)
         hit = next(
-            (k for k, w in enumerate(words, 1)
-             if mine and w and len(mine & w) >= AGREE * min(len(mine), len(w))),
+            (
+                k
+                for k, w in enumerate(words, 1)
+                if mine and w and len(mine & w) >= AGREE * min(len(mine), len(w))
+            ),
             None,
-        )  # fmt: skip
+        )
         matches.append(hit)
     return AspectAgreement(
         found=sum(m is not None for m in matches), of=len(imported), matches=matches
@@ -172,7 +175,7 @@ _PROFILE = [{"id": "p1", "category": "sample", "text": "A sample profile item."}
 
 STAGE = Stage(
     name="rubrics",
-    input=Task,
+    reads=(Task,),
     input_id=lambda t: t.task_id,
     output=RubricRecord,
     output_id=lambda r: r.task.task_id,

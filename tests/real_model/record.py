@@ -63,8 +63,11 @@ def config_for(name: str, outputs: Path) -> Path:
 def file_hashes(release: Path) -> dict[str, str]:
     from pipeline.store import sha256_file
 
-    return {str(p.relative_to(release)): sha256_file(p)
-            for p in sorted(release.rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(release)): sha256_file(p)
+        for p in sorted(release.rglob("*"))
+        if p.is_file()
+    }
 
 
 def main() -> None:
@@ -75,8 +78,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("name", choices=RECORDINGS)
     ap.add_argument("--keep", type=Path, help="build in this folder and leave it there to read")
-    ap.add_argument("--cache", type=Path, help="start from this response cache (an earlier "
-                    "recording's outputs/cache.sqlite): only what changed is asked again")
+    ap.add_argument(
+        "--cache",
+        type=Path,
+        help="start from this response cache (an earlier "
+        "recording's outputs/cache.sqlite): only what changed is asked again",
+    )
     args = ap.parse_args()
     name = args.name
     with tempfile.TemporaryDirectory(prefix=f"prb-record-{name}-") as tmp:
@@ -86,8 +93,10 @@ def main() -> None:
             shutil.copyfile(args.cache, outputs / "cache.sqlite")
         config = config_for(name, outputs)
         started = time.monotonic()
-        run = subprocess.run([sys.executable, "-m", "pipeline.cli", "demo", "--local",
-                              "--config", str(config)], cwd=REPO)  # fmt: skip
+        run = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "demo", "--local", "--config", str(config)],
+            cwd=REPO,
+        )
         wall = time.monotonic() - started
         if run.returncode != 0:
             sys.exit(f"the build exited {run.returncode}: nothing recorded")
@@ -99,19 +108,27 @@ def main() -> None:
         rows, failures = cache.rows(), cache.failure_rows()
         cache.close()
     data = {
-        "name": name, "config": RECORDINGS[name], "run_id": run_id,
+        "name": name,
+        "config": RECORDINGS[name],
+        "run_id": run_id,
         "models": manifest["models"],
         "weights_sha256": manifest["config"]["model"]["weights_sha256"],
         "prompts": {t: p["ref"] for t, p in manifest["prompts"].items()},
-        "files": file_hashes(release), "funnel": manifest["funnel"],
-        "validity": manifest["validity"], "judge_qualification": manifest["judge_qualification"],
-        "usage": stats["usage"], "wall_s": round(wall), "responses": rows,
+        "files": file_hashes(release),
+        "funnel": manifest["funnel"],
+        "validity": manifest["validity"],
+        "judge_qualification": manifest["judge_qualification"],
+        "usage": stats["usage"],
+        "wall_s": round(wall),
+        "responses": rows,
         "failures": failures,
-    }  # fmt: skip
+    }
     write_fixture(fixture_path(name), data)
     size = fixture_path(name).stat().st_size
-    print(f"recorded {name}: {len(rows)} responses, {manifest['funnel'][-1]['count']} pairs "
-          f"released, build {wall / 60:.1f} min, fixture {size / 1e6:.2f} MB")
+    print(
+        f"recorded {name}: {len(rows)} responses, {manifest['funnel'][-1]['count']} pairs "
+        f"released, build {wall / 60:.1f} min, fixture {size / 1e6:.2f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -22,22 +22,28 @@ shown, the verdict is "too few pairs". Every leakage probe is checked by the nul
 
 from __future__ import annotations
 
-import functools
 import statistics
 
 from pipeline.audit.probes.base import CUES, Probe, ProbeSpec, cues, readability  # noqa: F401
 from pipeline.audit.probes.classifier import classifier_probe  # noqa: F401
-from pipeline.registry import declared
+from pipeline.registry import Registry
 from pipeline.stats import EASY, LENGTH_BAND, MIN_VERDICT_PAIRS, THRESHOLD, words  # noqa: F401
 
+# every module of this package but base.py declares its `PROBE` (named after the module), and
+# other packages add theirs as entry points of `prb.probes`: a new probe is one file. Loaded on
+# first use, so a plugin module may import this package.
+PROBES: Registry[ProbeSpec] = Registry(
+    "probes",
+    ProbeSpec,
+    package=__name__,
+    attr="PROBE",
+    order=lambda p: (p.order, p.name),
+    named=True,
+)
 
-@functools.cache
+
 def registered() -> tuple[ProbeSpec, ...]:
-    """Every module of this package that declares `PROBE`, and those other packages declare
-    as entry points of the group `prb.probes`: a new probe is one file. Found on first use, so
-    a plugin module may import this package."""
-    found = declared(__name__, __path__, "PROBE", "probes")
-    return tuple(sorted(found, key=lambda p: (p.order, p.name)))
+    return PROBES.load_all()
 
 
 def run_all(rows: list[dict], seed: int = 0) -> list[Probe]:
@@ -52,18 +58,27 @@ def run_all(rows: list[dict], seed: int = 0) -> list[Probe]:
 
 # each family: the verdict its flagged probes give, what it asks, and what a flag means
 FAMILIES = {
-    "leakage": ("leaky", "Leakage: can chosen be told apart without the user?",
-                "answer only, never the user; a probe leaks when its 95% interval lies beyond "
-                f"{THRESHOLD} on either side of 0.5 (the median length ratio: outside "
-                f"{LENGTH_BAND[0]}–{LENGTH_BAND[1]})"),
-    "floor": ("easy", "Floors: how far does shallow word matching with the user get?",
-              "user-aware baselines a reward model must beat; easy when the lower end of the "
-              f"interval is above {EASY} (never a leak: personalization may share the user's "
-              "words)"),
-    "judge": ("judge flags", "Judges: what an LLM judge sees with and without the user",
-              "persona-aware (should be high), persona-blind in both orders (0.5: no general "
-              "quality gap), counterfactual (should rarely survive a swap of users)"),
-}  # fmt: skip
+    "leakage": (
+        "leaky",
+        "Leakage: can chosen be told apart without the user?",
+        "answer only, never the user; a probe leaks when its 95% interval lies beyond "
+        f"{THRESHOLD} on either side of 0.5 (the median length ratio: outside "
+        f"{LENGTH_BAND[0]}–{LENGTH_BAND[1]})",
+    ),
+    "floor": (
+        "easy",
+        "Floors: how far does shallow word matching with the user get?",
+        "user-aware baselines a reward model must beat; easy when the lower end of the "
+        f"interval is above {EASY} (never a leak: personalization may share the user's "
+        "words)",
+    ),
+    "judge": (
+        "judge flags",
+        "Judges: what an LLM judge sees with and without the user",
+        "persona-aware (should be high), persona-blind in both orders (0.5: no general "
+        "quality gap), counterfactual (should rarely survive a swap of users)",
+    ),
+}
 
 
 def summary(probes: list[Probe]) -> dict:
@@ -73,18 +88,36 @@ def summary(probes: list[Probe]) -> dict:
     pairs = max((p.n for p in probes), default=0)
     enough = pairs >= MIN_VERDICT_PAIRS
     shown = [p.as_dict() | ({} if enough else {"leak": None}) for p in probes]
-    flagged = {f: [p.name for p in probes if p.leak and p.family == f] if enough else []
-               for f in FAMILIES}  # fmt: skip
+    flagged = {
+        f: [p.name for p in probes if p.leak and p.family == f] if enough else [] for f in FAMILIES
+    }
     leaks, easy = flagged["leakage"], flagged["floor"]
     verdict = ("leaky" if leaks else "easy" if easy else "pass") if enough else "too few pairs"
-    families = [{"family": f, "title": title, "rule": text, "flag": flag, "flagged": flagged[f],
-                 "probes": [p for p in shown if p["family"] == f]}
-                for f, (flag, title, text) in FAMILIES.items()
-                if any(p["family"] == f for p in shown)]  # fmt: skip
-    return {"threshold": THRESHOLD, "easy": EASY, "length_band": list(LENGTH_BAND),
-            "leaks": leaks, "easy_by": easy, "judge_flags": flagged["judge"],
-            "verdict": verdict, "pairs": pairs, "min_pairs": MIN_VERDICT_PAIRS,
-            "probes": shown, "families": families}  # fmt: skip
+    families = [
+        {
+            "family": f,
+            "title": title,
+            "rule": text,
+            "flag": flag,
+            "flagged": flagged[f],
+            "probes": [p for p in shown if p["family"] == f],
+        }
+        for f, (flag, title, text) in FAMILIES.items()
+        if any(p["family"] == f for p in shown)
+    ]
+    return {
+        "threshold": THRESHOLD,
+        "easy": EASY,
+        "length_band": list(LENGTH_BAND),
+        "leaks": leaks,
+        "easy_by": easy,
+        "judge_flags": flagged["judge"],
+        "verdict": verdict,
+        "pairs": pairs,
+        "min_pairs": MIN_VERDICT_PAIRS,
+        "probes": shown,
+        "families": families,
+    }
 
 
 def plot(probes: list[Probe], path) -> None:
@@ -98,9 +131,17 @@ def plot(probes: list[Probe], path) -> None:
     ys = range(len(shown))
     colors = ["#c44e52" if p.leak else "#55a868" for p in shown]
     ax.barh(list(ys), [p.value for p in shown], color=colors, alpha=0.8)
-    ax.errorbar([p.value for p in shown], list(ys), fmt="none", ecolor="black", capsize=3,
-                xerr=[[max(0.0, p.value - p.low) for p in shown],
-                      [max(0.0, p.high - p.value) for p in shown]])  # fmt: skip
+    ax.errorbar(
+        [p.value for p in shown],
+        list(ys),
+        fmt="none",
+        ecolor="black",
+        capsize=3,
+        xerr=[
+            [max(0.0, p.value - p.low) for p in shown],
+            [max(0.0, p.high - p.value) for p in shown],
+        ],
+    )
     ax.axvline(0.5, color="grey", ls=":", lw=1, label="chance (0.5)")
     ax.axvline(THRESHOLD, color="#c44e52", ls="--", lw=1, label=f"leak if CI above {THRESHOLD}")
     ax.set_yticks(list(ys), [p.name for p in shown], fontsize=8)

@@ -68,9 +68,17 @@ class Probe:
 
     def as_dict(self) -> dict:
         r = lambda x: None if x is None else round(x, 4)  # noqa: E731
-        return {"name": self.name, "value": r(self.value), "low": r(self.low),
-                "high": r(self.high), "n": self.n, "about": self.about, "leak": self.leak,
-                "kind": self.kind, "family": self.family}  # fmt: skip
+        return {
+            "name": self.name,
+            "value": r(self.value),
+            "low": r(self.low),
+            "high": r(self.high),
+            "n": self.n,
+            "about": self.about,
+            "leak": self.leak,
+            "kind": self.kind,
+            "family": self.family,
+        }
 
 
 @dataclass(frozen=True)

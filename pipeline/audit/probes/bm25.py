@@ -22,8 +22,9 @@ def bm25_probe(rows: list[dict], seed: int = 0) -> Probe:
     corpus = bm25s.tokenize(texts, stopwords="en", show_progress=False)
     index = bm25s.BM25()
     index.index(corpus, show_progress=False)
-    queries = bm25s.tokenize([profile_text(r) for r in rows], stopwords="en",
-                             show_progress=False, return_ids=False)  # fmt: skip
+    queries = bm25s.tokenize(
+        [profile_text(r) for r in rows], stopwords="en", show_progress=False, return_ids=False
+    )
     scores = []
     for i, query in enumerate(queries):
         known = [w for w in query if w in corpus.vocab]
@@ -33,5 +34,10 @@ def bm25_probe(rows: list[dict], seed: int = 0) -> Probe:
     return rule("BM25 ranker", about, scores, seed, floor=True)
 
 
-PROBE = ProbeSpec("bm25", "floor", 45, lambda rows, seed=0: [bm25_probe(rows, seed)],
-                  "the answer BM25 ranks higher against the profile wins")
+PROBE = ProbeSpec(
+    "bm25",
+    "floor",
+    45,
+    lambda rows, seed=0: [bm25_probe(rows, seed)],
+    "the answer BM25 ranks higher against the profile wins",
+)

@@ -19,9 +19,11 @@ from pipeline.audit.probes.base import Probe, ProbeSpec, cues
 from pipeline.stats import THRESHOLD, wilson
 
 NAME = "answer-only classifier"
-ABOUT = ("logistic regression on the difference of the two answers' surface cues and word/char "
-         "n-grams, never the user; antisymmetric; folds keep a user and an answer "
-         "text together")  # fmt: skip
+ABOUT = (
+    "logistic regression on the difference of the two answers' surface cues and word/char "
+    "n-grams, never the user; antisymmetric; folds keep a user and an answer "
+    "text together"
+)
 
 
 def groups(rows: list[dict], user: Callable[[dict], str]) -> list[int]:
@@ -55,8 +57,9 @@ def groups(rows: list[dict], user: Callable[[dict], str]) -> list[int]:
     return [roots.setdefault(find(k[0]), len(roots)) for k in keyed]
 
 
-def out_of_fold(rows: list[dict], user: Callable[[dict], str], seed: int = 0, folds: int = 5
-                ) -> list[float] | None:  # fmt: skip
+def out_of_fold(
+    rows: list[dict], user: Callable[[dict], str], seed: int = 0, folds: int = 5
+) -> list[float] | None:
     """Each pair's out-of-fold probability that its `chosen` is the chosen one (0.5: no idea;
     every pair is in exactly one test fold);
     None when the pairs cannot be split into two or more independent groups. `user` names a
@@ -72,22 +75,28 @@ def out_of_fold(rows: list[dict], user: Callable[[dict], str], seed: int = 0, fo
         return None
     chosen = [r["chosen"] for r in rows]
     rejected = [r["rejected"] for r in rows]
-    cue_diff = np.asarray([[a - b for a, b in zip(cues(c).values(), cues(r).values(),
-                                                   strict=True)]
-                           for c, r in zip(chosen, rejected, strict=True)])  # fmt: skip
+    cue_diff = np.asarray(
+        [
+            [a - b for a, b in zip(cues(c).values(), cues(r).values(), strict=True)]
+            for c, r in zip(chosen, rejected, strict=True)
+        ]
+    )
     cue_diff = cue_diff / (np.abs(cue_diff).max(axis=0) + 1e-9)  # |a - b|: label-free
     out = [0.5] * len(rows)
     splitter = GroupKFold(n_splits=k, shuffle=True, random_state=seed)
     for train, test in splitter.split(chosen, groups=g):
-        vecs = [TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2),
-                TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True,
-                                min_df=2)]  # fmt: skip
+        vecs = [
+            TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2),
+            TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True, min_df=2),
+        ]
         for v in vecs:  # fitted on the training answers only
             v.fit([chosen[i] for i in train] + [rejected[i] for i in train])
 
         def diff(idx, vecs=vecs):
-            parts = [v.transform([chosen[i] for i in idx]) - v.transform([rejected[i] for i in idx])
-                     for v in vecs]  # fmt: skip
+            parts = [
+                v.transform([chosen[i] for i in idx]) - v.transform([rejected[i] for i in idx])
+                for v in vecs
+            ]
             return hstack([*parts, csr_matrix(cue_diff[idx])]).tocsr()
 
         d = diff(train)
@@ -113,9 +122,13 @@ def classifier_probe(rows: list[dict], seed: int = 0, folds: int = 5) -> Probe:
     credit = [score(p) for p in probs]
     n = len(credit)
     lo, hi = wilson(round(sum(credit)), n)
-    return Probe(NAME, sum(credit) / n, lo, hi, n, ABOUT,
-                 leak=lo > THRESHOLD or hi < 1 - THRESHOLD)  # fmt: skip
+    return Probe(NAME, sum(credit) / n, lo, hi, n, ABOUT, leak=lo > THRESHOLD or hi < 1 - THRESHOLD)
 
 
-PROBE = ProbeSpec("classifier", "leakage", 30, lambda rows, seed=0: [classifier_probe(rows, seed)],
-                  "logistic regression on the two answers only")
+PROBE = ProbeSpec(
+    "classifier",
+    "leakage",
+    30,
+    lambda rows, seed=0: [classifier_probe(rows, seed)],
+    "logistic regression on the two answers only",
+)

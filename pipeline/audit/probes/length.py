@@ -20,8 +20,12 @@ def length_probes(rows: list[dict], seed: int = 0) -> list[Probe]:
     band = LENGTH_BAND
     longer_wins = [more_wins(c, r) for c, r in lengths]
     return [
-        rule("length: longer wins", "the longer answer is taken as chosen (below 0.5: the "
-             "shorter wins)", longer_wins, seed),
+        rule(
+            "length: longer wins",
+            "the longer answer is taken as chosen (below 0.5: the shorter wins)",
+            longer_wins,
+            seed,
+        ),
         Probe(
             "length: chosen is longer",
             float(np.mean(longer)),
@@ -29,7 +33,7 @@ def length_probes(rows: list[dict], seed: int = 0) -> list[Probe]:
             len(rows),
             "share of pairs whose chosen answer has more words (information)",
             kind="share",
-        ),  # fmt: skip
+        ),
         Probe(
             "length: median rejected/chosen ratio",
             med,
@@ -39,7 +43,7 @@ def length_probes(rows: list[dict], seed: int = 0) -> list[Probe]:
             f"median of rejected words / chosen words; a leak outside {band[0]}-{band[1]}",
             leak=not band[0] <= med <= band[1],
             kind="ratio",
-        ),  # fmt: skip
+        ),
     ]
 
 

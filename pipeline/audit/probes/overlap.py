@@ -17,9 +17,19 @@ def overlap_probe(rows: list[dict], seed: int = 0) -> Probe:
     for r in rows:
         profile = content_words(profile_text(r))
         scores.append(more_wins(share(r["chosen"], profile), share(r["rejected"], profile)))
-    return rule("profile overlap", "the answer sharing more of its words with the profile "
-                 "wins", scores, seed, floor=True)  # fmt: skip
+    return rule(
+        "profile overlap",
+        "the answer sharing more of its words with the profile wins",
+        scores,
+        seed,
+        floor=True,
+    )
 
 
-PROBE = ProbeSpec("overlap", "floor", 40, lambda rows, seed=0: [overlap_probe(rows, seed)],
-                  "the answer sharing more words with the profile wins")
+PROBE = ProbeSpec(
+    "overlap",
+    "floor",
+    40,
+    lambda rows, seed=0: [overlap_probe(rows, seed)],
+    "the answer sharing more words with the profile wins",
+)

@@ -4,9 +4,15 @@ config names one. Adding a provider: a module here with its Backend class, and i
 
 from __future__ import annotations
 
+from pipeline.llm.backends.base import Backend
 from pipeline.registry import Registry
 
-BACKENDS = Registry("backends", {
-    "openai": "pipeline.llm.backends.openai:OpenAIBackend",
-    "anthropic": "pipeline.llm.backends.anthropic:AnthropicBackend",
-})  # fmt: skip
+BACKENDS: Registry[type[Backend]] = Registry(
+    "backends",
+    Backend,
+    classes=True,
+    builtin={
+        "openai": "pipeline.llm.backends.openai:OpenAIBackend",
+        "anthropic": "pipeline.llm.backends.anthropic:AnthropicBackend",
+    },
+)

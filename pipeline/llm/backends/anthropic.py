@@ -17,11 +17,18 @@ from pipeline.llm.types import TASK_HEADER, Reply, Request, Unparseable
 from pipeline.sim import FINGERPRINT as SIMULATOR
 
 VERSION = "2023-06-01"
-PERMANENT = (anthropic.AuthenticationError, anthropic.PermissionDeniedError,
-             anthropic.NotFoundError)  # fmt: skip
+PERMANENT = (
+    anthropic.AuthenticationError,
+    anthropic.PermissionDeniedError,
+    anthropic.NotFoundError,
+)
 BAD_REQUEST = (anthropic.BadRequestError, anthropic.UnprocessableEntityError)
-STOP = {"end_turn": "stop", "stop_sequence": "stop", "max_tokens": "length",
-        "refusal": "content_filter"}  # fmt: skip
+STOP = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "refusal": "content_filter",
+}
 
 
 def body(req: Request) -> dict:
@@ -49,8 +56,10 @@ def read_message(raw: bytes) -> tuple[str, str | None, dict]:
         data = json.loads(raw)
         text = "".join(b.get("text", "") for b in data["content"] if b.get("type") == "text")
         usage = data.get("usage") or {}
-        tokens = {"prompt_tokens": usage.get("input_tokens", 0),
-                  "completion_tokens": usage.get("output_tokens", 0)}  # fmt: skip
+        tokens = {
+            "prompt_tokens": usage.get("input_tokens", 0),
+            "completion_tokens": usage.get("output_tokens", 0),
+        }
         if usage.get("cache_read_input_tokens"):
             tokens["prompt_tokens_details"] = {"cached_tokens": usage["cache_read_input_tokens"]}
     except (ValueError, LookupError, TypeError, AttributeError) as e:
@@ -86,25 +95,33 @@ class AnthropicBackend:
         self.cfg = cfg
         base = (cfg.base_url or "").rstrip("/").removesuffix("/v1") or None
         self.client = anthropic.AsyncAnthropic(
-            base_url=base, api_key=cfg.api_key.get_secret_value(), max_retries=0,
+            base_url=base,
+            api_key=cfg.api_key.get_secret_value(),
+            max_retries=0,
             timeout=cfg.timeout_s,
             http_client=anthropic.DefaultAsyncHttpxClient(
-                limits=httpx2.Limits(max_connections=concurrency,
-                                     max_keepalive_connections=concurrency)),
-        )  # fmt: skip
+                limits=httpx2.Limits(
+                    max_connections=concurrency, max_keepalive_connections=concurrency
+                )
+            ),
+        )
 
     async def send(self, req: Request) -> Reply:
         try:
             response = await self.client.post(
-                "/v1/messages", cast_to=httpx2.Response, body=body(req),
+                "/v1/messages",
+                cast_to=httpx2.Response,
+                body=body(req),
                 options={"headers": {TASK_HEADER: req.task, "anthropic-version": VERSION}},
-            )  # fmt: skip
+            )
         except (anthropic.APIStatusError, anthropic.APIConnectionError) as e:
-            raise classify(e, self.cfg, permanent=PERMANENT, bad_request=BAD_REQUEST,
-                           headers=limit_headers) from None  # fmt: skip
+            raise classify(
+                e, self.cfg, permanent=PERMANENT, bad_request=BAD_REQUEST, headers=limit_headers
+            ) from None
         content, finish_reason, tokens = read_message(response.content)
-        return Reply(response.status_code, limit_headers(response.headers), content,
-                     finish_reason, tokens)  # fmt: skip
+        return Reply(
+            response.status_code, limit_headers(response.headers), content, finish_reason, tokens
+        )
 
     async def aclose(self) -> None:
         await self.client.close()

@@ -76,11 +76,23 @@ def classify(
 ) -> EndpointError:
     """A client's exception as an EndpointError; anything not permanent or a bad request (429,
     5xx, timeouts, connections) is transient."""
-    kind = ("permanent" if isinstance(exc, permanent) else
-            "bad_request" if isinstance(exc, bad_request) else "transient")  # fmt: skip
+    kind = (
+        "permanent"
+        if isinstance(exc, permanent)
+        else "bad_request"
+        if isinstance(exc, bad_request)
+        else "transient"
+    )
     response = getattr(exc, "response", None)
-    detail = (server_message(exc) if kind != "transient"
-              else describe_failure(exc, cfg.base_url, cfg.timeout_s))  # fmt: skip
-    return EndpointError(kind, detail, status=getattr(exc, "status_code", None),
-                         headers=headers(response.headers) if response is not None else {},
-                         cause=type(exc).__name__)  # fmt: skip
+    detail = (
+        server_message(exc)
+        if kind != "transient"
+        else describe_failure(exc, cfg.base_url, cfg.timeout_s)
+    )
+    return EndpointError(
+        kind,
+        detail,
+        status=getattr(exc, "status_code", None),
+        headers=headers(response.headers) if response is not None else {},
+        cause=type(exc).__name__,
+    )

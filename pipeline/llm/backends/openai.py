@@ -23,8 +23,10 @@ def first_top_logprobs(body: bytes | dict | None) -> list[dict] | None:
     try:
         data = json.loads(body) if isinstance(body, bytes | str) else body
         first = data["choices"][0]["logprobs"]["content"][0]
-        return [{"token": str(t["token"]), "logprob": float(t["logprob"])}
-                for t in first["top_logprobs"]]  # fmt: skip
+        return [
+            {"token": str(t["token"]), "logprob": float(t["logprob"])}
+            for t in first["top_logprobs"]
+        ]
     except (ValueError, LookupError, TypeError, AttributeError):
         return None
 
@@ -75,8 +77,9 @@ class OpenAIBackend:
             # openai's aiohttp transport: httpcore's per-request pool bookkeeping cost ~1 ms of
             # CPU per call here, the client's main limit (bench/throughput.py)
             http_client=openai.DefaultAioHttpClient(
-                limits=httpx2.Limits(max_connections=concurrency,
-                                     max_keepalive_connections=concurrency)  # fmt: skip
+                limits=httpx2.Limits(
+                    max_connections=concurrency, max_keepalive_connections=concurrency
+                )
             ),
         )
 
