@@ -2,19 +2,16 @@
 the baseline it guards must count alike (the length probe and the length reward model read the
 same word count), and every interval is computed the same way.
 
-A leaf: numpy and statsmodels only.
+Imports only pipeline.text (the one word tokenizer), numpy and statsmodels.
 """
 
 from __future__ import annotations
 
 import math
-import re
 
 import numpy as np
 
-# a word: letters, with inner apostrophes and hyphens; list markers, numbers and punctuation are
-# not words (a bulleted answer and the same text as prose have the same length)
-_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+from pipeline.text import word_count, words  # noqa: F401  (the one word tokenizer)
 
 THRESHOLD = 0.55  # a probe leaks when the lower end of its 95% interval is above this
 # a shallow user-aware baseline (profile overlap, BM25) makes a release "easy" when the lower end
@@ -23,14 +20,6 @@ EASY = 0.60
 LENGTH_BAND = (0.85, 1.15)  # the median rejected/chosen word ratio outside this: a leak
 MIN_VERDICT_PAIRS = 100  # no verdict from fewer pairs: a 95% interval is then ±0.1 or wider
 N_RESAMPLES = 1000
-
-
-def words(text: str) -> list[str]:
-    return _WORD.findall(text)
-
-
-def word_count(text: str) -> int:
-    return len(_WORD.findall(text))
 
 
 def bootstrap(
@@ -48,11 +37,15 @@ def bootstrap(
     return float(np.percentile(vals, 2.5)), float(np.percentile(vals, 97.5))
 
 
-def wilson(k: int, n: int) -> tuple[float, float]:
-    """Wilson 95% interval of a proportion k/n (NaN when n is 0)."""
+def wilson(k: float, n: int) -> tuple[float, float]:
+    """Wilson 95% interval of a proportion k/n (NaN when n is 0). Honest at 0 and 1, where a
+    bootstrap collapses to a point (90 pairs at 1.000 read "1.000-1.000"); k may count ties as
+    halves."""
     if n == 0:
         return math.nan, math.nan
-    from statsmodels.stats.proportion import proportion_confint
-
-    lo, hi = proportion_confint(k, n, alpha=0.05, method="wilson")
-    return float(lo), float(hi)
+    z = 1.959963984540054
+    p = k / n
+    denom = 1 + z * z / n
+    center = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, center - half), min(1.0, center + half)

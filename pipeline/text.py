@@ -1,14 +1,40 @@
-"""Content words of a text: lower-cased words of three letters or more, English stop words
-left out. One definition for the `overlap` reward-model baseline and the profile-overlap probe,
-so the probe measures exactly what the baseline exploits."""
+"""Text helpers shared across prb (a leaf: imports nothing of prb): the one word tokenizer,
+`normalise()`, word runs, content words (lower-cased words of three letters or more, English
+stop words left out: one definition for the `overlap` reward-model baseline and the
+profile-overlap probe, so the probe measures exactly what the baseline exploits), and
+`terminal()`, the one way foreign text reaches a terminal."""
 
 from __future__ import annotations
 
 import re
 
-from pipeline.stats import words
+# a word: letters, with inner apostrophes and hyphens; list markers, numbers and punctuation are
+# not words (a bulleted answer and the same text as prose have the same length)
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
+# C0 and C1 controls (ESC starts every terminal escape), DEL, and the bidirectional overrides
+# that reorder what a line shows
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
-_WORD = re.compile(r"[a-z][a-z'-]+")
+
+def terminal(text: object) -> str:
+    """`text` safe to print on one terminal line: every control character, escape sequence
+    introducer and bidi override shown as its `\\xNN`/`\\uNNNN` escape, never obeyed (a
+    release's id holding ESC [2J would otherwise clear the user's screen)."""
+    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode(), str(text))
+
+
+def words(text: str) -> list[str]:
+    """The words of a text: the one tokenizer every probe, check and baseline counts with."""
+    return _WORD.findall(text)
+
+
+def word_count(text: str) -> int:
+    return len(_WORD.findall(text))
+
+
+def normalise(text: object) -> str:
+    """Case and runs of whitespace folded away: how two texts are compared for sameness."""
+    return " ".join(str(text).casefold().split())
 
 
 def runs(text: str, n: int) -> set[tuple[str, ...]]:
@@ -20,4 +46,4 @@ def runs(text: str, n: int) -> set[tuple[str, ...]]:
 def content_words(text: str) -> set[str]:
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS  # loaded once, when used
 
-    return {w for w in _WORD.findall(text.lower()) if w not in ENGLISH_STOP_WORDS and len(w) > 2}
+    return {w for w in words(text.lower()) if w not in ENGLISH_STOP_WORDS and len(w) > 2}

@@ -185,3 +185,30 @@ def test_prb_eval_puts_each_judges_blind_variant_next_and_splits_by_position(rel
     # the terminal table shows both names whole (they used to be cut to the same prefix)
     assert "judge-pair(model=prb-sim-1)/profile" in done.stdout
     assert "judge-pair(model=prb-sim-1)/none" in done.stdout
+
+
+def test_too_few_pairs_stop_a_pass_never_a_leak_their_interval_proves():
+    """Issue 38: 48 pairs whose longer answer always wins and whose classifier reads ~1.0 are
+    leaky, not "too few pairs"; the intervals stay honest at 0 and 1 (Wilson, not a bootstrap
+    that collapses to 1.000-1.000); a ratio's point estimate alone flags nothing below 100."""
+    rows = leaky(16)
+    assert len(rows) < probes.MIN_VERDICT_PAIRS
+    found = probes.summary(probes.run_all(rows))
+    assert found["verdict"] == "leaky"
+    assert {"length: longer wins", "answer-only classifier"} <= set(found["leaks"])
+    by_name = {p["name"]: p for p in found["probes"]}
+    longer = by_name["length: longer wins"]
+    assert longer["value"] == 1.0 and longer["high"] == 1.0 and 0.9 < longer["low"] < 0.95
+    assert longer["leak"] is True
+    # the controlled release, cut below 100 pairs, proves nothing: no verdict
+    few = probes.summary(probes.run_all(controlled()[:40]))
+    assert few["verdict"] == "too few pairs" and few["leaks"] == []
+
+
+def test_a_one_pair_release_has_no_nan_anywhere():
+    rows = controlled()[:1]
+    found = probes.summary(probes.run_all(rows))
+    assert found["verdict"] == "too few pairs"
+    json.dumps(found, allow_nan=False)  # NaN would raise: no "nan-nan" on a card
+    ratio = {p["name"]: p for p in found["probes"]}["length: median rejected/chosen ratio"]
+    assert ratio["low"] is None and ratio["leak"] is None

@@ -23,10 +23,11 @@ from pipeline.release.load import load_rows, profile_text
 from pipeline.reports import render
 from pipeline.stats import word_count
 from pipeline.store import atomic_write
+from pipeline.text import normalise
 
 
 def _question(row: dict) -> str:
-    return " ".join(str(row["question"]).casefold().split())
+    return normalise(row["question"])
 
 
 def _profile(row: dict) -> str:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from pipeline.paths import DATA
+from pipeline.text import terminal
 
 app = typer.Typer(help="Build Personalized RewardBench-style benchmarks.", no_args_is_help=True)
 console = Console()
@@ -19,7 +20,7 @@ errors = Console(stderr=True)
 
 def fail(message: str, code: int) -> typer.Exit:
     """One line on stderr, then the exit code (see pipeline/errors.py for the codes)."""
-    errors.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+    errors.print(f"[red]error:[/red] {escape(terminal(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

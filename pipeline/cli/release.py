@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from pipeline.cli.common import app, console, guarded
+from pipeline.text import terminal
 
 release_app = typer.Typer(help="Check, compare and publish release folders.")
 app.add_typer(release_app, name="release")
@@ -20,11 +21,11 @@ def release_verify(release: Path = typer.Argument(..., help="A release folder.")
 
     problems = verify(release)
     if problems:
-        console.print(f"[red]{release}: {len(problems)} problem(s)[/red]")
+        console.print(f"{terminal(release)}: {len(problems)} problem(s)", style="red")
         for p in problems:
-            console.print(f"  - {p}", markup=False, highlight=False, soft_wrap=True)
+            console.print(f"  - {terminal(p)}", markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(1)
-    console.print(f"{release}: OK")
+    console.print(f"{terminal(release)}: OK", markup=False, highlight=False)
 
 
 @release_app.command("diff")
@@ -51,7 +52,7 @@ def release_diff(
         for r in items:
             cols = f"  [{', '.join(r['columns'])}]" if "columns" in r else ""
             line = f"{sign} {r['id']}  {r['category']}  {r['persona_id']}{cols}"
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
+            console.print(terminal(line), markup=False, highlight=False, soft_wrap=True)
 
 
 @release_app.command("push")

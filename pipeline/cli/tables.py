@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pipeline.cli.common import console, errors
+from pipeline.text import terminal
 
 
 def print_funnel(rows: list[dict]) -> None:
@@ -26,7 +27,9 @@ def print_funnel(rows: list[dict]) -> None:
 def warn_release(warnings: list[str]) -> None:
     """What the release itself is missing (duplicates, empty or identical answers)."""
     for w in warnings:
-        errors.print(f"[yellow]warning:[/yellow] {escape(w)}", highlight=False, soft_wrap=True)
+        errors.print(
+            f"[yellow]warning:[/yellow] {escape(terminal(w))}", highlight=False, soft_wrap=True
+        )
 
 
 def print_correlation(downstream: str, c: dict) -> None:
@@ -74,7 +77,7 @@ def print_frame(df, title: str) -> None:
     def cell(v) -> str:
         if isinstance(v, float):
             return "–" if v != v else f"{v:.3f}"  # NaN: not applicable
-        return str(v)
+        return terminal(v)
 
     for row in df[cols].itertuples(index=False):
         table.add_row(*(cell(v) for v in row))

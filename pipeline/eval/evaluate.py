@@ -18,7 +18,7 @@ import numpy as np
 from pipeline import csvfile, progress
 from pipeline.eval.protocol import PROTOCOLS, chosen_first
 from pipeline.eval.report import bar_plot, leaderboard, slug, to_markdown
-from pipeline.eval.rewards import Query, RewardModel, user_context
+from pipeline.eval.rewards import Query, RewardModel, checked, user_context
 from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.records import POINTS, PairScore, advantage
 from pipeline.release.load import ReleaseError, load_rows  # noqa: F401  (re-exported)
@@ -67,20 +67,26 @@ async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairSco
         for i, row in enumerate(rows):  # scorer's runs, one subset each, never do)
             by_category.setdefault(row["category"], []).append(i)
         flat: list[float | None] = [None] * (2 * len(rows))
+        why: dict[int, str] = {}  # flat index -> why it has no score
         for idx in by_category.values():
-            scored = await rm.score_many([q for i in idx for q in queries(rows[i])])
+            scored, bad = checked(
+                await rm.score_many([q for i in idx for q in queries(rows[i])]), 2 * len(idx)
+            )
             for k, i in enumerate(idx):
                 flat[2 * i], flat[2 * i + 1] = scored[2 * k], scored[2 * k + 1]
+                for side in (0, 1):
+                    if 2 * k + side in bad:
+                        why[2 * i + side] = bad[2 * k + side]
             shown.done += len(idx)
         too_long = "an answer does not fit the model's context window with its question"
+
+        def error(i: int) -> str | None:
+            if None not in (flat[2 * i], flat[2 * i + 1]):
+                return None
+            return why.get(2 * i) or why.get(2 * i + 1) or too_long
+
         return [
-            result(
-                row,
-                flat[2 * i],
-                flat[2 * i + 1],
-                error=too_long if None in (flat[2 * i], flat[2 * i + 1]) else None,
-            )
-            for i, row in enumerate(rows)
+            result(row, flat[2 * i], flat[2 * i + 1], error=error(i)) for i, row in enumerate(rows)
         ]
 
     # the published protocol: one A/B order per pair, drawn as its scorer draws it
@@ -112,7 +118,9 @@ async def _score_pairs(rm: RewardModel, rows: list[dict], shown) -> list[PairSco
                 )
                 sc = advantage(ab, ba)
                 return result(row, sc, 2 - sc, ab=ab, ba=ba)
-            sc, sr = await rm.score_many([c, r])
+            (sc, sr), bad = checked(await rm.score_many([c, r]), 2)
+            if bad:
+                return result(row, None, None, error=next(iter(bad.values())))
             return result(row, sc, sr)
         except PermanentLLMError:
             raise
@@ -251,6 +259,17 @@ async def evaluate(
     return rows, results
 
 
+def finite(value):
+    """`value` with every NaN or ±inf float replaced by None (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
+
+
 def protocols_of(results: list[dict]):
     """The protocols the results were scored under, each once."""
     return [PROTOCOLS[name] for name in dict.fromkeys(r["protocol"] for r in results)]
@@ -262,9 +281,10 @@ def write_results(
     out.mkdir(parents=True, exist_ok=True)
     models = out / "models"
     models.mkdir(exist_ok=True)
-    for r in results:
+    for r in results:  # JSON, strictly: a figure with no value (NaN) is null
         (models / f"{slug(r['model'])}.json").write_text(
-            json.dumps(r, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+            json.dumps(finite(r), indent=2, sort_keys=True, allow_nan=False) + "\n",
+            encoding="utf-8",
         )
     df = leaderboard(results)
     longer = np.mean([word_count(r["chosen"]) > word_count(r["rejected"]) for r in rows])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -75,6 +76,33 @@ class SpecEnv:
     context: str = "profile"
     protocol: str = "prb"  # pipeline/eval/protocol.py
     public_prompts: str | None = None  # the public repository's clone (protocol published)
+
+
+def checked(scores, n: int) -> tuple[list[float | None], dict[int, str]]:
+    """A reward model's scores for `n` items, each a finite float or None with its reason: a
+    missing score, NaN or ±inf is an error, never a win, a loss or a bare NaN in a JSON file.
+    (None stays None: an adapter's "could not score", e.g. too long for its context.)"""
+    scores = list(scores)
+    out: list[float | None] = []
+    errors: dict[int, str] = {}
+    for k in range(n):
+        if k >= len(scores):
+            out.append(None)
+            errors[k] = f"the model returned {len(scores)} scores for {n} items"
+            continue
+        if scores[k] is None:
+            out.append(None)
+            continue
+        try:
+            value = float(scores[k])
+        except (TypeError, ValueError):
+            value = math.nan
+        if not math.isfinite(value):
+            out.append(None)
+            errors[k] = f"the model's score is {scores[k]!r}, not a finite number"
+        else:
+            out.append(value)
+    return out, errors
 
 
 @dataclass

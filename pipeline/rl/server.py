@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 
-from pipeline.eval.rewards import Query, SpecError, user_context
+from pipeline.eval.rewards import Query, SpecError, checked, user_context
 from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.records import RewardItem, ScoreRequest, ScoreResponse
 
@@ -76,8 +76,8 @@ class Scorer:
     async def score(self, items: list[RewardItem]) -> ScoreResponse:
         queries = [self._query(i) for i in items]
         try:
-            scores = [float(s) for s in await self.rm.score_many(queries)]
-            return ScoreResponse(rm=self.name, scores=scores)
+            scores, errors = checked(await self.rm.score_many(queries), len(queries))
+            return ScoreResponse(rm=self.name, scores=scores, errors=errors)
         except PermanentLLMError:
             raise
         except LLMError:  # one bad item must not cost the batch: score them one by one
@@ -85,12 +85,14 @@ class Scorer:
         scores, errors = [], {}
         for k, q in enumerate(queries):
             try:
-                scores.append(float((await self.rm.score_many([q]))[0]))
+                (one,), bad = checked(await self.rm.score_many([q]), 1)
             except PermanentLLMError:
                 raise
             except LLMError as e:
-                scores.append(None)
-                errors[k] = f"{e.kind}: {e.detail}"
+                one, bad = None, {0: f"{e.kind}: {e.detail}"}
+            scores.append(one)
+            if bad:
+                errors[k] = bad[0]
         return ScoreResponse(rm=self.name, scores=scores, errors=errors)
 
     async def aclose(self) -> None:

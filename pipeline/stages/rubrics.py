@@ -27,7 +27,7 @@ from pipeline.llm.types import LLMError
 from pipeline.records import AspectAgreement, Dropped, RubricAspect, RubricRecord, Task
 from pipeline.stages.base import RunContext, Stage, model_stage_done, process_stage
 from pipeline.store import Records
-from pipeline.text import content_words, runs
+from pipeline.text import content_words, normalise, runs
 
 CITED_ID = re.compile(r"\[([^\[\]]+)\]")
 QUOTE = re.compile(r"['\"‘“]([^'\"’”]{12,})['\"’”]")
@@ -72,7 +72,7 @@ def distinct(aspects: list[RubricAspect]) -> list[RubricAspect]:
     seen: set[str] = set()
     out = []
     for a in aspects:
-        key = " ".join(a.aspect.casefold().split())
+        key = normalise(a.aspect)
         if key not in seen:
             seen.add(key)
             out.append(a)

@@ -22,6 +22,7 @@ shown, the verdict is "too few pairs". Every leakage probe is checked by the nul
 
 from __future__ import annotations
 
+import math
 import statistics
 
 from pipeline.audit.probes.base import CUES, Probe, ProbeSpec, cues, readability  # noqa: F401
@@ -81,18 +82,31 @@ FAMILIES = {
 }
 
 
+def proven(p: Probe) -> bool:
+    """A flag its interval proves whatever the number of pairs: an accuracy's interval lies
+    beyond the threshold (that is how `rule` flags), a ratio's wholly outside the band (below
+    MIN_VERDICT_PAIRS its point estimate alone flags nothing)."""
+    if not p.leak or p.low is None or math.isnan(p.low):
+        return False
+    if p.kind == "ratio":
+        return p.low > LENGTH_BAND[1] or p.high < LENGTH_BAND[0]
+    return True
+
+
 def summary(probes: list[Probe]) -> dict:
     """The verdict over the probes, family by family: `leaky` only from the leakage family,
-    `easy` from the floors. None from fewer than MIN_VERDICT_PAIRS pairs, where an interval is
-    too wide to fail a probe (21 pairs "pass" at 0.67 accuracy)."""
+    `easy` from the floors. Fewer than MIN_VERDICT_PAIRS pairs can stop a pass, where an
+    interval is too wide to fail a probe (21 pairs "pass" at 0.67 accuracy), never a flag its
+    interval already proves (90 pairs whose classifier reads 1.000 [0.959, 1.000] leak)."""
     pairs = max((p.n for p in probes), default=0)
     enough = pairs >= MIN_VERDICT_PAIRS
-    shown = [p.as_dict() | ({} if enough else {"leak": None}) for p in probes]
-    flagged = {
-        f: [p.name for p in probes if p.leak and p.family == f] if enough else [] for f in FAMILIES
-    }
+    flag = {p.name: bool(p.leak) if enough else proven(p) for p in probes}
+    shown = [
+        p.as_dict() | ({} if enough else {"leak": True if flag[p.name] else None}) for p in probes
+    ]
+    flagged = {f: [p.name for p in probes if flag[p.name] and p.family == f] for f in FAMILIES}
     leaks, easy = flagged["leakage"], flagged["floor"]
-    verdict = ("leaky" if leaks else "easy" if easy else "pass") if enough else "too few pairs"
+    verdict = "leaky" if leaks else "easy" if easy else "pass" if enough else "too few pairs"
     families = [
         {
             "family": f,

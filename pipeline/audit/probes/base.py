@@ -4,13 +4,14 @@ cue probes and the answer-only classifier alike)."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.stats import EASY, THRESHOLD, bootstrap, words
+from pipeline.stats import EASY, THRESHOLD, wilson, words
 
 _LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M)
 _HEADING = re.compile(r"^\s*(?:#{1,6}\s+\S|[A-Z][^.!?\n]{0,60}:\s*$)", re.M)
@@ -67,7 +68,7 @@ class Probe:
     family: str = "leakage"  # its ProbeSpec's: leakage, floor or judge
 
     def as_dict(self) -> dict:
-        r = lambda x: None if x is None else round(x, 4)  # noqa: E731
+        r = lambda x: None if x is None or math.isnan(x) else round(x, 4)  # noqa: E731
         return {
             "name": self.name,
             "value": r(self.value),
@@ -96,7 +97,8 @@ class ProbeSpec:
 
 
 def rule(name: str, about: str, scores: list[float], seed: int, floor: bool = False) -> Probe:
-    """A fixed rule's accuracy from per-pair scores (1 right, 0 wrong, 0.5 tie). The rule's
+    """A fixed rule's accuracy from per-pair scores (1 right, 0 wrong, 0.5 tie), with its
+    Wilson interval (a tie counts half). The rule's
     direction is fixed in advance, never picked on the data (picking the better of "more wins"
     and "less wins" reads above 0.5 on pairs with no signal), so its value may fall below 0.5:
     then the opposite rule wins, and it leaks just as much. Leak: the interval lies wholly
@@ -104,7 +106,7 @@ def rule(name: str, about: str, scores: list[float], seed: int, floor: bool = Fa
     interval's lower end is above EASY: the release is easy, not leaky."""
     if not scores:
         return Probe(name, None, None, None, 0, about)
-    lo, hi = bootstrap(scores, seed)
+    lo, hi = wilson(float(sum(scores)), len(scores))  # `seed`: the rule needs none
     flag = lo > EASY if floor else lo > THRESHOLD or hi < 1 - THRESHOLD
     return Probe(name, float(np.mean(scores)), lo, hi, len(scores), about, leak=flag)
 

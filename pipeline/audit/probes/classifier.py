@@ -17,6 +17,7 @@ import numpy as np
 
 from pipeline.audit.probes.base import Probe, ProbeSpec, cues
 from pipeline.stats import THRESHOLD, wilson
+from pipeline.text import normalise
 
 NAME = "answer-only classifier"
 ABOUT = (
@@ -44,7 +45,7 @@ def groups(rows: list[dict], user: Callable[[dict], str]) -> list[int]:
         return x
 
     def keys(r: dict) -> list[str]:
-        norm = lambda s: " ".join(str(s).casefold().split())  # noqa: E731
+        norm = normalise
         found = [f"u:{user(r)}", f"a:{norm(r['chosen'])}", f"a:{norm(r['rejected'])}"]
         # persona_swap: the rejected answer is its author user's kind of answer
         return found + ([f"u:{r['rejected_for']}"] if r.get("rejected_for") else [])

@@ -8,7 +8,7 @@ import statistics
 import numpy as np
 
 from pipeline.audit.probes.base import Probe, ProbeSpec, more_wins, rule
-from pipeline.stats import LENGTH_BAND, bootstrap, words
+from pipeline.stats import LENGTH_BAND, bootstrap, wilson, words
 
 
 def length_probes(rows: list[dict], seed: int = 0) -> list[Probe]:
@@ -29,7 +29,7 @@ def length_probes(rows: list[dict], seed: int = 0) -> list[Probe]:
         Probe(
             "length: chosen is longer",
             float(np.mean(longer)),
-            *bootstrap(longer, seed),
+            *wilson(sum(longer), len(longer)),
             len(rows),
             "share of pairs whose chosen answer has more words (information)",
             kind="share",

@@ -1,0 +1,94 @@
+"""Hostile round 4 (issue 38): what a hostile or careless user found, one test per class."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from public_releases import controlled, write_hub_layout
+from test_crash import prefect_env
+
+from pipeline.eval.rewards import RewardModel
+
+ESC = "\x1b[2J\x1b]0;owned\x07"
+
+
+def prb(*args: str, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=prefect_env(),
+        cwd=cwd,
+    )
+
+
+def test_release_diff_and_verify_never_print_a_foreign_id_raw(tmp_path):
+    rows = [{**r, "persona_id": r["id"].rsplit("-", 1)[0]} for r in controlled()]
+    old = write_hub_layout(tmp_path / "old", rows)
+    hostile = [dict(r) for r in rows]
+    hostile[0]["id"] = f"evil{ESC}"
+    hostile[1]["id"] = f"evil{ESC}"  # a duplicate: verify names it
+    new = write_hub_layout(tmp_path / "new", hostile)
+    for done in (prb("release", "diff", str(old), str(new)), prb("release", "verify", str(new))):
+        out = done.stdout + done.stderr
+        assert "\x1b" not in out and "\x07" not in out, out[-500:]
+    assert "evil\\x1b[2J\\x1b]0;owned\\x07" in prb("release", "diff", str(old), str(new)).stdout
+
+
+@dataclass
+class OddRM(RewardModel):
+    """A reward model (as a plugin might write one) whose scores are NaN, ±inf or missing."""
+
+    scores_for: Callable = lambda qs: []
+
+    async def score_many(self, queries):
+        return self.scores_for(queries)
+
+
+def test_nan_inf_or_missing_scores_are_errors_with_reasons_in_eval_and_the_reward_server(
+    tmp_path, sim_url
+):
+    import asyncio
+    import json
+    import math
+
+    from conftest import write_config
+
+    from pipeline.config import load_config
+    from pipeline.eval.evaluate import metrics, score_pairs
+    from pipeline.records import RewardItem
+    from pipeline.rl.server import Scorer
+
+    rows = controlled()[:4]
+    odd = [
+        lambda qs: [math.nan, 1.0],
+        lambda qs: [math.inf, 1.0],
+        lambda qs: [1.0, -math.inf],
+        lambda qs: [],
+    ]
+    for scores_for in odd:
+        scored = asyncio.run(score_pairs(OddRM("odd", scores_for=scores_for), rows))
+        assert all(s.error and not s.won for s in scored), scored
+        assert all(s.score_chosen is None and s.score_rejected is None for s in scored)
+        found = metrics(scored)
+        assert found["errors"] == len(rows) and found["accuracy"] == 0.0
+        json.dumps([s.model_dump() for s in scored], allow_nan=False)
+    reasons = [asyncio.run(score_pairs(OddRM("odd", scores_for=f), rows))[0].error for f in odd]
+    assert "not a finite number" in reasons[0] and "0 scores for 2 items" in reasons[3]
+
+    scorer = Scorer("length", load_config(write_config(tmp_path, sim_url)))
+    item = RewardItem(question="Q?", profile=[], response="An answer.")
+    try:
+        scorer.rm = OddRM("odd", scores_for=lambda qs: [])
+        empty = asyncio.run(scorer.score([item]))
+        assert empty.scores == [None] and "0 scores for 1 items" in empty.errors[0]
+        scorer.rm = OddRM("odd", scores_for=lambda qs: [math.nan, 2.0])
+        nan = asyncio.run(scorer.score([item, item]))
+        assert nan.scores == [None, 2.0] and "nan" in nan.errors[0]
+        json.dumps(nan.model_dump(), allow_nan=False)
+    finally:
+        asyncio.run(scorer.aclose())
