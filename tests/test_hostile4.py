@@ -92,3 +92,52 @@ def test_nan_inf_or_missing_scores_are_errors_with_reasons_in_eval_and_the_rewar
         json.dumps(nan.model_dump(), allow_nan=False)
     finally:
         asyncio.run(scorer.aclose())
+
+
+def test_the_simulator_accepts_the_protocols_and_answers_bad_bodies_400(sim_url):
+    import httpx
+
+    base = sim_url.removesuffix("/v1")
+    model = httpx.get(f"{sim_url}/models").json()["data"][0]["id"]
+    parts = {"type": "text", "text": "<question>How do I start running?</question>"}
+    chat = {"model": model, "messages": [{"role": "user", "content": [parts]}]}
+    done = httpx.post(f"{sim_url}/chat/completions", json=chat, timeout=30)
+    assert done.status_code == 200 and done.json()["choices"][0]["message"]["content"]
+    blocks = {
+        "model": model,
+        "max_tokens": 100,
+        "system": [{"type": "text", "text": "Answer briefly."}],
+        "messages": [{"role": "user", "content": [parts]}],
+    }
+    done = httpx.post(
+        f"{base}/v1/messages", json=blocks, headers={"anthropic-version": "2023-06-01"}, timeout=30
+    )
+    assert done.status_code == 200 and done.json()["content"][0]["text"]
+    for body in (b"{not json", b"[1, 2]", b'{"model": "x", "messages": "hi"}'):
+        done = httpx.post(
+            f"{sim_url}/chat/completions",
+            content=body,
+            headers={"content-type": "application/json"},
+            timeout=30,
+        )
+        assert done.status_code == 400, (body, done.status_code, done.text[:200])
+        assert "Traceback" not in done.text and done.json()["error"]["message"]
+    done = httpx.post(
+        f"{base}/v1/messages",
+        content=b"[]",
+        headers={"content-type": "application/json", "anthropic-version": "2023-06-01"},
+        timeout=30,
+    )
+    assert done.status_code == 400 and done.json()["type"] == "error"
+
+
+def test_sim_server_options_out_of_range_are_one_usage_line():
+    for args in (
+        ["--port", "99999"],
+        ["--port", "x"],
+        ["--latency-ms", "nan"],
+        ["--rate-500", "-1"],
+    ):
+        done = prb("sim-server", *args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-500:]
+        assert args[0] in done.stderr.splitlines()[-1]

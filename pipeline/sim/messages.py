@@ -89,3 +89,47 @@ def to_message(answer) -> Response:
         "system_fingerprint": answer.get("system_fingerprint"),  # the simulator's signature
     }
     return JSONResponse(out, headers=headers)
+
+
+def text_of(content: object) -> str | None:
+    """A message's content as text: a string, or a list of text parts (OpenAI's
+    `{"type": "text", "text": ...}`, Anthropic's text blocks); None if it is neither."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    parts = []
+    for part in content:
+        if (
+            isinstance(part, dict)
+            and part.get("type") == "text"
+            and isinstance(part.get("text"), str)
+        ):
+            parts.append(part["text"])
+        else:
+            return None
+    return "".join(parts)
+
+
+def chat_problem(body: object) -> tuple[dict, str | None]:
+    """A chat-completions body with every message's content as text, or what is wrong with it
+    (in the words an OpenAI-compatible server would use) for a 400."""
+    if not isinstance(body, dict):
+        return {}, "The request body must be a JSON object."
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return body, "'messages' must be a non-empty array of message objects."
+    out = []
+    for i, m in enumerate(messages):
+        text = text_of(m.get("content")) if isinstance(m, dict) else None
+        if text is None or not isinstance(m.get("role"), str):
+            return body, (
+                f"Invalid 'messages[{i}]': expected an object with a string 'role' and a "
+                "'content' that is a string or an array of text parts."
+            )
+        out.append({**m, "content": text})
+    if not isinstance(body.get("model"), str):
+        return body, "'model' must be a string."
+    return {**body, "messages": out}, None

@@ -30,7 +30,7 @@ from pipeline.sim import FINGERPRINT, batches
 from pipeline.sim import faults as extra_faults
 from pipeline.sim.dispatch import respond, schema_of
 from pipeline.sim.limits import PromptCache, RateLimits
-from pipeline.sim.messages import anthropic_error, from_message, to_message
+from pipeline.sim.messages import anthropic_error, chat_problem, from_message, to_message
 
 MODELS = ("prb-sim-1",)
 JUDGES = ("sound", "random", "always_a")  # --judge: how the pairwise judges answer
@@ -135,6 +135,13 @@ def _strict_problem(node: object, name: str, where: tuple) -> str | None:
     return None
 
 
+def bad_request(message: str) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": "invalid_request_error", "code": None}},
+        status_code=400,
+    )
+
+
 def create_app(opts: SimOptions) -> FastAPI:
     app = FastAPI(title="prb simulator")
     limits = RateLimits(opts.rpm, opts.tpm)
@@ -157,20 +164,38 @@ def create_app(opts: SimOptions) -> FastAPI:
     async def stats():
         return dict(opts.stats)
 
+    async def parsed(request: Request) -> tuple[dict, str | None]:
+        try:
+            body = await request.json()
+        except ValueError:  # a body that is not JSON (or not UTF-8)
+            return {}, "We could not parse the JSON body of your request."
+        return body, None
+
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        return await complete(await request.json(), request)
+        body, problem = await parsed(request)
+        return await complete(body, request) if problem is None else bad_request(problem)
 
     @app.post("/v1/messages")
     async def messages(request: Request):
         """Anthropic's Messages API over the same answers and faults (pipeline/sim/messages.py
         translates the request and the answer)."""
-        body = await request.json()
+        body, problem = await parsed(request)
+        if problem is None and not isinstance(body, dict):
+            problem = "The request body must be a JSON object."
+        if problem is not None:
+            return anthropic_error(400, problem)
         if request.headers.get("anthropic-version") is None:
             return anthropic_error(400, "missing anthropic-version header")
         return to_message(await complete(from_message(body), request))
 
     async def complete(body: dict, request: Request):
+        body, problem = chat_problem(body)  # every valid request of the protocol is answered
+        if problem is not None:
+            return bad_request(problem)
+        return await answer(body, request)
+
+    async def answer(body: dict, request: Request):
         opts.stats["requests"] += 1
         words = [w for m in body.get("messages") or [] for w in (m.get("content") or "").split()]
         if limits:  # charged on arrival, as a provider does
@@ -461,17 +486,46 @@ def running(port: int | None = None, startup_timeout: float = 30.0, **options):
         yield f"{base}/v1"
 
 
+def port_number(text: str) -> int:
+    """An option's port: 0-65535, 0 for any free one (argparse says which option in one line)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port (0-65535; 0: any free port)")
+    return value
+
+
+def amount(kind: type):
+    """An option's number of `kind`: finite and not negative (a rate, a latency, a count)."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if not math.isfinite(value) or value < 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number >= 0")
+        return value
+
+    return parse
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="prb sim-server", description=__doc__)
-    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--port", type=port_number, default=8000)
     defaults = SimOptions()
     for name, flag in OPTION_FLAGS.items():
         default = getattr(defaults, name)
         if isinstance(default, bool):
             ap.add_argument(flag, action="store_true")
+        elif isinstance(default, int | float):
+            ap.add_argument(flag, type=amount(type(default)), default=default)
         else:
             ap.add_argument(flag, type=type(default), default=default)
     args = ap.parse_args(argv)
+    args.port = args.port or free_port()  # 0: a free port, and the announcement names it
     opts = SimOptions(**{name: getattr(args, name) for name in OPTION_FLAGS})
     if opts.judge not in JUDGES:
         ap.error(f"--judge {opts.judge!r}: use one of {', '.join(JUDGES)}")
