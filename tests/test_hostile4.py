@@ -141,3 +141,34 @@ def test_sim_server_options_out_of_range_are_one_usage_line():
         done = prb("sim-server", *args)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-500:]
         assert args[0] in done.stderr.splitlines()[-1]
+
+
+def test_a_release_with_wrong_typed_columns_is_refused_naming_the_column(tmp_path):
+    import json
+
+    for column, value, said in (
+        ("chosen", 7, "'chosen' is int, not text"),
+        ("category", None, "'category' is null, not text"),
+    ):
+        rows = [{**r, column: value} for r in controlled()[:21]]
+        path = tmp_path / f"{column}.jsonl"
+        path.write_text("\n".join(json.dumps(r) for r in rows))
+        for args in (("audit", str(path), "--out", str(tmp_path / "a")), ("eval", str(path))):
+            done = prb(*args, "--rm", "length") if args[0] == "eval" else prb(*args)
+            assert done.returncode == 2, (args, done.stderr[-300:])
+            assert said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_an_id_naming_many_pairs_is_listed_once_with_its_count(tmp_path):
+    import json
+
+    from pipeline.release.load import load_rows
+
+    rows = controlled()[:8]
+    for r in rows[:4]:
+        r["id"] = "same"
+    path = tmp_path / "dup.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    _, info = load_rows(path)
+    said = [w for w in info["warnings"] if "ids name two different pairs" in w]
+    assert said == ["3 ids name two different pairs (the later renamed ID#2): 'same' (x3)"], said

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -158,6 +159,7 @@ def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
         raise ReleaseError(f"{where}: no rows")
     out, seen = [], {}
     repeated, renamed, empty, identical = [], [], [], []
+    mistyped: dict[str, list[str]] = {}  # "'chosen' is int" -> ids
     for i, raw in enumerate(rows):
         if not isinstance(raw, dict):
             raise ReleaseError(f"{where}: row {i} is not an object")
@@ -170,6 +172,11 @@ def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
         row = {k: _plain(v) for k, v in raw.items()}
         if not isinstance(row["question"], str) or not row["question"].strip():
             raise ReleaseError(f"{where}: row {row['id']!r} has an empty or non-text question")
+        if not isinstance(row["category"], str) or not row["category"].strip():  # a config name
+            cat = row["category"]
+            what = "null" if cat is None else "empty" if cat == "" else type(cat).__name__
+            mistyped.setdefault(f"'category' is {what}", []).append(str(row["id"]))
+            continue
         key = (str(row["category"]), str(row["id"]))
         if key in seen:
             if seen[key] == row:
@@ -183,7 +190,12 @@ def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
             key = (key[0], row["id"])
         seen[key] = row
         answers = [row[k] for k in ("chosen", "rejected")]
-        if not all(isinstance(a, str) and a.strip() for a in answers):
+        typed = [
+            (k, type(v).__name__) for k, v in zip(("chosen", "rejected"), answers, strict=True)
+        ]
+        if wrong := [f"{k!r} is {t}" for k, t in typed if t not in ("str", "NoneType")]:
+            mistyped.setdefault(", ".join(wrong), []).append(str(row["id"]))
+        elif not all(isinstance(a, str) and a.strip() for a in answers):
             empty.append(str(row["id"]))
         elif answers[0].strip() == answers[1].strip():
             identical.append(str(row["id"]))
@@ -192,6 +204,7 @@ def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
     warnings = [
         f"{len(ids)} {what}: {_first(ids)}"
         for ids, what in (
+            *((ids, f"pairs whose {how}, not text (left out)") for how, ids in mistyped.items()),
             (repeated, "rows repeat an earlier row whole (same id and content; counted once)"),
             (renamed, "ids name two different pairs (the later renamed ID#2)"),
             (empty, "pairs have an empty or non-text answer (left out)"),
@@ -208,9 +221,11 @@ def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
 
 
 def _first(ids: list[str], shown: int = 3) -> str:
-    return ", ".join(map(repr, ids[:shown])) + (
-        f" and {len(ids) - shown} more" if len(ids) > shown else ""
-    )
+    """The first few ids, each once, with how often it came when more than once."""
+    counts = Counter(ids)
+    named = [f"{i!r} (x{n})" if n > 1 else repr(i) for i, n in counts.items()]
+    more = len(named) - shown
+    return ", ".join(named[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def profile_text(row: dict) -> str:
