@@ -94,6 +94,23 @@ class ModelConfig(Section):
             raise ValueError(f"unknown local model {v!r}: use one of {', '.join(MODELS)}")
         return v
 
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, v: str) -> str:
+        """An http(s) URL with a host: anything else would be retried for a minute, then lost."""
+        from urllib.parse import urlsplit
+
+        try:
+            url = urlsplit(v)
+            url.port  # noqa: B018  (raises on a port out of range)
+        except ValueError as e:
+            raise ValueError(f"{v!r} is not a URL ({e})") from None
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise ValueError(
+                f"{v!r} is not an http(s) URL with a host, e.g. http://127.0.0.1:8000/v1"
+            )
+        return v
+
     @field_validator("provider")
     @classmethod
     def _provider(cls, v: str) -> str:

@@ -172,3 +172,40 @@ def test_an_id_naming_many_pairs_is_listed_once_with_its_count(tmp_path):
     _, info = load_rows(path)
     said = [w for w in info["warnings"] if "ids name two different pairs" in w]
     assert said == ["3 ids name two different pairs (the later renamed ID#2): 'same' (x3)"], said
+
+
+def test_a_base_url_that_is_not_http_is_refused_at_the_config_check(tmp_path):
+    import time
+
+    import yaml
+    from conftest import write_config
+
+    for url in ("not a url", "file:///etc/passwd", "http://", "http://host:99999/v1"):
+        config = write_config(tmp_path, url)
+        started = time.monotonic()
+        done = prb("build", "--config", str(config))
+        assert done.returncode == 2 and time.monotonic() - started < 60, done.stderr[-300:]
+        last = done.stderr.strip().splitlines()[-1]
+        assert "base_url" in last and str(config) in last, last
+        assert yaml.safe_load(config.read_text())["model"]["base_url"] == url
+
+
+def test_a_bad_host_is_a_usage_error_and_one_beyond_loopback_is_warned_about_once(caplog):
+    import logging
+
+    import pytest
+
+    from pipeline import serving
+    from pipeline.errors import PortInUse
+
+    done = prb("reward-server", "--rm", "length", "--sim", "--host", "not a host", "--port", "8999")
+    assert done.returncode == 2 and "--host 'not a host'" in done.stderr, done.stderr[-300:]
+    with caplog.at_level(logging.WARNING, logger="prb"):
+        for _ in range(2):
+            serving.bind("0.0.0.0", 0).close()
+        serving.bind("127.0.0.1", 0).close()
+    said = [r.getMessage() for r in caplog.records if "beyond loopback" in r.getMessage()]
+    assert len(said) == 1 and "0.0.0.0" in said[0]
+    with pytest.raises(serving.BadHost):
+        serving.bind("256.1.1.1", 0)
+    assert not issubclass(serving.BadHost, PortInUse)
