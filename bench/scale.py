@@ -116,11 +116,19 @@ def run_measured(module: str, *args: str) -> tuple[str, float]:
         return proc.stdout, float(peak_file.read_text())
 
 
-def model_build(library: Path, per_category: int, url: str, folder: Path) -> dict:
+INSTRUCTED = ["ignore_aspects", "wrong_expertise", "wrong_format", "wrong_tone"]
+
+
+def model_build(
+    library: Path, per_category: int, url: str, folder: Path, instructed: bool = False
+) -> dict:
+    """A real build of the demo config on the default recipe (persona_swap: what users run at
+    scale), or with the four instruction strategies (the artifact gate's rewrite path)."""
     data = yaml.safe_load((REPO / "configs" / "demo.yaml").read_text())
     data.update(outputs_dir=str(folder / "outputs"), run_id="scale")
     data["model"].update(base_url=url, concurrency=64)
     data["personas"].update(library=[str(library)], per_category=per_category)
+    data["generation"]["strategies"] = INSTRUCTED if instructed else ["persona_swap"]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(yaml.safe_dump(data))
     t0 = time.monotonic()
@@ -139,6 +147,12 @@ def main() -> None:
     ap.add_argument("--personas", type=int, default=50_000)
     ap.add_argument("--model-personas", default="1500,50000", help="sizes for the model stages")
     ap.add_argument("--skip-no-model", action="store_true")
+    ap.add_argument(
+        "--instructed",
+        action="store_true",
+        help="the four instruction strategies, not the "
+        "default recipe (persona_swap): the artifact gate's rewrite path",
+    )
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="prb-bench-scale-"))
@@ -165,7 +179,7 @@ def main() -> None:
         sizes = sorted(int(x) for x in args.model_personas.split(","))
         points = []
         for n in sizes:
-            r = model_build(library, -(-n // 3), url, tmp / f"model-{n}")
+            r = model_build(library, -(-n // 3), url, tmp / f"model-{n}", args.instructed)
             points.append(r)
             print(
                 f"model stages: {r['personas']} personas, {r['calls']} calls, "

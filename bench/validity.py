@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
@@ -35,6 +36,8 @@ def build(folder: Path, url: str, gate: bool, strategies: list[str] | None) -> d
     data = yaml.safe_load((REPO / "configs" / "validity.yaml").read_text())
     data["outputs_dir"] = str(folder / "outputs")
     data["model"]["base_url"] = url
+    if os.environ.get("PRB_BENCH_PER_CATEGORY"):  # the smoke test's smallest size (CI)
+        data["personas"]["per_category"] = int(os.environ["PRB_BENCH_PER_CATEGORY"])
     data.setdefault("filters", {})["artifact_gate"] = gate
     if strategies:
         data["generation"]["strategies"] = strategies

@@ -209,3 +209,22 @@ def test_a_bad_host_is_a_usage_error_and_one_beyond_loopback_is_warned_about_onc
     with pytest.raises(serving.BadHost):
         serving.bind("256.1.1.1", 0)
     assert not issubclass(serving.BadHost, PortInUse)
+
+
+def test_the_null_test_is_bounded_and_shows_its_progress(tmp_path):
+    import json
+
+    release = tmp_path / "r.jsonl"
+    release.write_text("\n".join(json.dumps(r) for r in controlled()))
+    huge = prb("audit", str(release), "--null", "100000", "--out", str(tmp_path / "a"))
+    assert huge.returncode == 2 and "--null" in huge.stderr and "Traceback" not in huge.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "audit", str(release), "--null", "3"]
+        + ["--out", str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=prefect_env(PRB_PROGRESS_SECONDS="0.05"),
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert "null test" in done.stderr, done.stderr[-500:]

@@ -15,14 +15,11 @@ import pytest
 from conftest import build, write_config
 
 sys.path.insert(0, str(Path(__file__).parent / "real_model"))
-from record import RECORDINGS, config_for, file_hashes, fixture_path, read_fixture  # noqa: E402
+from record import RECORDINGS, file_hashes, fixture_path, read_fixture, replay_config  # noqa: E402
 
-from pipeline.llm import local  # noqa: E402
-from pipeline.llm.cache import ResponseCache  # noqa: E402
 from pipeline.llm.prompts import load_prompt  # noqa: E402
 
 RECORDED = [n for n in RECORDINGS if fixture_path(n).exists()]
-DEAD = "http://127.0.0.1:9/v1"  # nothing listens: a response missing from the fixture fails
 
 
 def stale_prompts(recorded: dict[str, str]) -> list[str]:
@@ -45,15 +42,9 @@ def test_a_real_model_build_replays_offline_to_the_recorded_release(name, tmp_pa
             pytrace=False,
         )
     outputs = tmp_path / "outputs"
-    cache = ResponseCache(outputs / "cache.sqlite")
-    cache.add_rows(fixture["responses"])
-    cache.add_failure_rows(fixture["failures"])  # answers cut off at max_tokens, and the like
-    cache.close()
-    config = config_for(name, outputs)
+    outputs.mkdir()
+    result = build(replay_config(name, fixture, outputs))
     alias = fixture["models"]["generator"]
-    result = build(
-        config, **local.overrides(DEAD, alias, fixture["weights_sha256"]), model__replay=True
-    )
     release = Path(result["release_dir"])
     assert sum(u["calls"] for u in result["usage"].values()) == 0  # nothing was sent
     manifest = json.loads((release / "manifest.json").read_text())

@@ -18,6 +18,7 @@ import statistics
 
 from scipy.stats import binom
 
+from pipeline import progress
 from pipeline.audit import probes
 from pipeline.audit.probes.base import Probe
 
@@ -42,10 +43,15 @@ def null_test(rows: list[dict], observed: list[Probe], runs: int, seed: int = 0)
     """Every observed leakage probe of accuracy kind against `runs` relabelled copies."""
     values: dict[str, list[float]] = {}
     excluded: dict[str, int] = {}
-    for k in range(runs):
-        for p in filter(tested, probes.run_all(relabelled(rows, 1000 * (seed + 1) + k), k)):
-            values.setdefault(p.name, []).append(p.value)
-            excluded[p.name] = excluded.get(p.name, 0) + (not p.low <= 0.5 <= p.high)
+    shown = progress.stage("null test", total=runs)  # with an ETA, like a build's stages
+    try:
+        for k in range(runs):
+            for p in filter(tested, probes.run_all(relabelled(rows, 1000 * (seed + 1) + k), k)):
+                values.setdefault(p.name, []).append(p.value)
+                excluded[p.name] = excluded.get(p.name, 0) + (not p.low <= 0.5 <= p.high)
+            shown.advance()
+    finally:
+        shown.finish()
     out = []
     for p in filter(tested, observed):
         found = values.get(p.name, [])

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from pipeline.cli.common import app, console, guarded, judge_config
+from pipeline.cli.common import app, console, errors, guarded, judge_config
 from pipeline.cli.tables import warn_release
 
 
@@ -52,10 +52,11 @@ def audit(
         0,
         "--null",
         min=0,
+        max=1000,
         help="Also the null test: the answer-only "
         "probes on N copies relabelled by a fair coin per pair (each "
         "should read 0.5), with a permutation p-value per probe; ~N times "
-        "the probes' time (20 is a good N).",
+        "the probes' time (20 is a good N; at most 1000).",
     ),
 ):
     """Report on a run (funnel, each check's figures, the probes) or on any release (the
@@ -64,7 +65,11 @@ def audit(
     import contextlib
     import json
 
+    from pipeline import progress
+
     with contextlib.ExitStack() as stack:
+        if null:  # the null test takes N times the probes' time: progress and an ETA
+            stack.enter_context(progress.showing(errors))
         judged = None
         if judge or sim or position_free:
             judged = (

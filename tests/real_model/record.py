@@ -2,6 +2,7 @@
 
     .venv/bin/python tests/real_model/record.py NAME [--keep DIR] [--cache FILE]
     make record-real NAME=NAME
+    .venv/bin/python tests/real_model/record.py NAME --refresh   # no model: see refresh()
 
 Runs `prb demo --local --config <its config>` on the real local model (the 1.5B by default:
 `make demo-local` installs it) into a fresh outputs folder, then writes
@@ -70,6 +71,61 @@ def file_hashes(release: Path) -> dict[str, str]:
     }
 
 
+DEAD = "http://127.0.0.1:9/v1"  # nothing listens: a replay that needs a new response fails
+
+
+def replay_config(name: str, fixture: dict, outputs: Path) -> Path:
+    """The recording's config, answered from the fixture's responses alone (`model.replay`),
+    with its response cache filled from the fixture: no model runs."""
+    from pipeline.llm import local
+    from pipeline.llm.cache import ResponseCache
+
+    cache = ResponseCache(outputs / "cache.sqlite")
+    cache.add_rows(fixture["responses"])
+    cache.add_failure_rows(fixture["failures"])  # answers cut off at max_tokens, and the like
+    cache.close()
+    config = config_for(name, outputs)
+    data = yaml.safe_load(config.read_text())
+    alias = fixture["models"]["generator"]
+    for key, value in local.overrides(DEAD, alias, fixture["weights_sha256"]).items():
+        *parents, leaf = key.split("__")
+        node = data
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    data["model"]["replay"] = True
+    config.write_text(yaml.safe_dump(data))
+    return config
+
+
+def refresh(name: str) -> None:
+    """What prb makes of the recorded text, made again by today's code: the release's hashes,
+    funnel, probe figures and qualification, from the fixture's responses alone (seconds, no
+    model; a prompt changed since the recording needs a real re-recording instead)."""
+    fixture = read_fixture(fixture_path(name))
+    with tempfile.TemporaryDirectory(prefix=f"prb-refresh-{name}-") as tmp:
+        outputs = Path(tmp) / "outputs"
+        outputs.mkdir()
+        config = replay_config(name, fixture, outputs)
+        command = [sys.executable, "-m", "pipeline.cli", "build", "--config", str(config)]
+        run = subprocess.run(command, cwd=REPO)
+        if run.returncode != 0:
+            sys.exit(
+                f"the replay exited {run.returncode}: nothing refreshed (a prompt changed? "
+                f"record it again on the model: `make record-real NAME={name}`)"
+            )
+        release = outputs / fixture["run_id"] / "release"
+        manifest = json.loads((release / "manifest.json").read_text())
+        fixture.update(
+            files=file_hashes(release),
+            funnel=manifest["funnel"],
+            validity=manifest["validity"],
+            judge_qualification=manifest["judge_qualification"],
+        )
+    write_fixture(fixture_path(name), fixture)
+    print(f"refreshed {name}: {manifest['funnel'][-1]['count']} pairs released")
+
+
 def main() -> None:
     import argparse
 
@@ -84,8 +140,16 @@ def main() -> None:
         help="start from this response cache (an earlier "
         "recording's outputs/cache.sqlite): only what changed is asked again",
     )
+    ap.add_argument(
+        "--refresh",
+        action="store_true",
+        help="no model: rebuild from the fixture's own responses and record what today's "
+        "code makes of them",
+    )
     args = ap.parse_args()
     name = args.name
+    if args.refresh:
+        return refresh(name)
     with tempfile.TemporaryDirectory(prefix=f"prb-record-{name}-") as tmp:
         outputs = (args.keep.resolve() if args.keep else Path(tmp)) / "outputs"
         outputs.mkdir(parents=True, exist_ok=True)
