@@ -228,3 +228,51 @@ def test_the_null_test_is_bounded_and_shows_its_progress(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-500:]
     assert "null test" in done.stderr, done.stderr[-500:]
+
+
+def test_the_limit_below_one_request_is_said_once_whatever_each_request_costs():
+    import io
+
+    from rich.console import Console
+
+    from pipeline import progress
+    from pipeline.llm.ratelimit import Limiter
+
+    out = io.StringIO()
+    with progress.showing(Console(file=out, width=300), interval=3600):
+        limiter = Limiter(tokens_per_minute=10, learn=False)
+        for cost in range(500, 516):  # 16 concurrent requests of slightly different sizes
+            limiter._pace(cost)
+    assert out.getvalue().count("is below one request") == 1, out.getvalue()
+
+
+def test_a_second_build_of_a_run_being_built_is_refused_before_prefect_starts(tmp_path, sim_url):
+    import time
+
+    from conftest import write_config
+    from test_crash_lock import HOLD
+
+    config = write_config(tmp_path, sim_url, personas={"per_category": 2})
+    run_dir = tmp_path / "outputs" / "demo"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        started = time.monotonic()
+        env = prefect_env()
+        env.pop("PREFECT_API_URL", None)  # prb would start its own Prefect server: seconds
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "build", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
+        took = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
+    assert done.returncode == 3 and f"pid {holder.pid}" in done.stderr, done.stderr[-300:]
+    assert "prefect" not in done.stderr.lower()  # refused before Prefect's server started
+    assert took < 12, took

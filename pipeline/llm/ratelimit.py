@@ -114,6 +114,7 @@ class Limiter:
     ):
         self.requests = Bucket(requests_per_minute) if requests_per_minute else None
         self.tokens = Bucket(tokens_per_minute) if tokens_per_minute else None
+        self.warned_slow = False  # "below one request": said once, whatever each request costs
         # unset limits are learnt from the first answer's headers, unless told not to; told
         # not to and given none, the limiter does nothing at all (prb before rate limits)
         self.enabled = learn or self.requests is not None or self.tokens is not None
@@ -168,7 +169,8 @@ class Limiter:
             cost / self.tokens.rate if self.tokens else 0.0,
         )
         progress.limited(per_call)
-        if self.tokens is not None and cost > self.tokens.rate * 60:
+        if self.tokens is not None and cost > self.tokens.rate * 60 and not self.warned_slow:
+            self.warned_slow = True
             progress.warn(
                 f"tokens_per_minute {self.tokens.rate * 60 / MARGIN:g} is below one request "
                 f"(~{cost} tokens): one call every ~{per_call / 60:.0f} min at this limit; raise "

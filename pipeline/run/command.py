@@ -51,6 +51,9 @@ def run_build(
 
     path = str(config) if config else None
     cfg = load_config(path, **overrides)  # a bad config fails here, before Prefect starts
+    from pipeline.run.rundir import RunLock
+
+    RunLock(cfg.run_dir).check()  # and a run already building, in a blink
     if mode == "batch":
         from pipeline.llm.backends import BACKENDS
 

@@ -77,6 +77,29 @@ class RunLock:
         except (OSError, ValueError):
             return None
 
+    def _locked(self) -> RunLockedError:
+        holder = self.holder()
+        who = describe(holder) if holder else "a process that has not yet said who it is"
+        return RunLockedError(
+            f"run directory {self.run_dir} is in use by another prb run ({who}); "
+            f"wait for it to finish or stop it, or pick another --run-id"
+        )
+
+    def check(self) -> None:
+        """RunLockedError now if another run holds the lock: a second build of a run id
+        answers in a blink, before Prefect starts (the flow takes the lock itself later)."""
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        except BlockingIOError:
+            raise self._locked() from None
+        finally:
+            os.close(fd)
+
     def acquire(self) -> RunLock:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -84,12 +107,7 @@ class RunLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            holder = self.holder()
-            who = describe(holder) if holder else "a process that has not yet said who it is"
-            raise RunLockedError(
-                f"run directory {self.run_dir} is in use by another prb run ({who}); "
-                f"wait for it to finish or stop it, or pick another --run-id"
-            ) from None
+            raise self._locked() from None
         self._fd = fd
         stale = self.holder()
         if stale and stale.get("pid") != os.getpid():
