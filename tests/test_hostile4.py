@@ -276,3 +276,15 @@ def test_a_second_build_of_a_run_being_built_is_refused_before_prefect_starts(tm
     assert done.returncode == 3 and f"pid {holder.pid}" in done.stderr, done.stderr[-300:]
     assert "prefect" not in done.stderr.lower()  # refused before Prefect's server started
     assert took < 12, took
+
+
+def test_a_build_that_loses_most_records_to_refused_requests_exits_7(tmp_path, sim_factory):
+    from conftest import write_config
+
+    url = sim_factory(context_limit=420)  # most planner prompts are over it
+    config = write_config(tmp_path, url, personas={"per_category": 4})
+    done = prb("build", "--config", str(config))
+    assert done.returncode == 7, (done.returncode, done.stdout[-800:], done.stderr[-500:])
+    last = done.stderr.strip().splitlines()[-1]
+    assert "planner_bad_request" in last and "endpoint refused requests" in last, last
+    assert "release:" in done.stdout  # what was made is written and said before the exit

@@ -38,17 +38,25 @@ def print_summary(result: dict, resume: str) -> None:
     hits = sum(u["cache_hits"] for u in result["usage"].values())
     console.print(f"model calls: {calls} sent, {hits} from cache")
     console.print(f"release: {result['release_dir']}")
-    lost = {}
+    lost = {}  # records the endpoint cost: failures a resume asks again, and refusals
     for row in funnel:
         for reason, n in row.get("reasons", {}).items():
-            if is_transient(reason):
+            if is_transient(reason) or reason.endswith("_bad_request"):
                 lost[reason] = lost.get(reason, 0) + n
     released = funnel[-1]["count"] if funnel else 0
     if sum(lost.values()) > released:
         why = ", ".join(f"{k} {v}" for k, v in sorted(lost.items(), key=lambda kv: -kv[1]))
+        refused = any(k.endswith("_bad_request") for k in lost)
+        then = (
+            "the endpoint refused requests (HTTP 400: a context window smaller than the "
+            "prompts, or a model it does not serve): fix the endpoint or model.context_window "
+            "and build a new run"
+            if refused
+            else f"fix the endpoint, then {resume} to ask again for them"
+        )
         raise MostlyFailed(
             f"{sum(lost.values())} records were lost to endpoint errors ({why}) and only "
-            f"{released} pairs released: fix the endpoint, then {resume} to ask again for them"
+            f"{released} pairs released: {then}"
         )
 
 
