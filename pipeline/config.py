@@ -404,16 +404,66 @@ def with_recipe(data: dict, where: object) -> dict:
     return _merged(recipe, data)
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a run config is a page of settings, never data
+MAX_CONFIG_STRING = 4096  # a path, a URL or a name: a 50 MB value would fill the card
+
+
+class StrictLoader(yaml.SafeLoader):
+    """YAML as configs are written: a key given twice in one mapping is an error (file:line),
+    never a silent override."""
+
+
+def _unique_mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    first: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in first:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"the key {key!r} is given twice (first on line {first[key]})",
+                key_node.start_mark,
+            )
+        first[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=deep)
+
+
+StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def _long_strings(data: object, at: str = "") -> list[str]:
+    if isinstance(data, str):
+        return [at or "<top>"] if len(data) > MAX_CONFIG_STRING else []
+    if isinstance(data, dict):
+        return [x for k, v in data.items() for x in _long_strings(v, f"{at}.{k}".lstrip("."))]
+    if isinstance(data, list):
+        return [x for i, v in enumerate(data) for x in _long_strings(v, f"{at}[{i}]")]
+    return []
+
+
 def load_config(path: str | Path | None = None, **overrides: object) -> RunConfig:
     data: dict = {}
     if path is not None:
         path = Path(path)
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            if path.stat().st_size > MAX_CONFIG_BYTES:
+                raise ConfigError(
+                    f"{path}: {path.stat().st_size:,} bytes is not a run config (at most "
+                    f"{MAX_CONFIG_BYTES:,}): settings only, data goes in files it names"
+                )
+            data = yaml.load(path.read_text(encoding="utf-8"), Loader=StrictLoader)  # noqa: S506
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: cannot read config: {e}") from e
         except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: malformed YAML: {e}") from e
+            mark = getattr(e, "problem_mark", None)
+            at = f" at line {mark.line + 1}" if mark else ""
+            what = getattr(e, "problem", None) or " ".join(str(e).split())
+            raise ConfigError(f"{path}: malformed YAML{at}: {what}") from e
+        if long := _long_strings(data):
+            raise ConfigError(
+                f"{path}: {', '.join(long[:3])}: a value over {MAX_CONFIG_STRING:,} characters "
+                "is not a setting (a path, a URL or a name)"
+            )
         if data is None:
             raise ConfigError(
                 f"{path}: the config file is empty: a run config is a YAML mapping "

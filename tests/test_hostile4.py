@@ -288,3 +288,20 @@ def test_a_build_that_loses_most_records_to_refused_requests_exits_7(tmp_path, s
     last = done.stderr.strip().splitlines()[-1]
     assert "planner_bad_request" in last and "endpoint refused requests" in last, last
     assert "release:" in done.stdout  # what was made is written and said before the exit
+
+
+def test_a_config_with_a_key_twice_or_a_huge_value_is_one_line_naming_where(tmp_path):
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("run_id: a\nmodel:\n  generator: x\nrun_id: b\n")
+    done = prb("build", "--config", str(twice))
+    assert done.returncode == 2
+    assert "twice.yaml: malformed YAML at line 4: the key 'run_id' is given twice (first on "
+    "line 1)" in done.stderr, done.stderr
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("run_id: a\npersonas:\n  source: " + "x" * 50_000_000 + "\n")
+    done = prb("build", "--config", str(huge))
+    assert done.returncode == 2 and "huge.yaml: 50,000,0" in done.stderr, done.stderr[-300:]
+    long = tmp_path / "long.yaml"
+    long.write_text("run_id: a\npersonas:\n  source: " + "x" * 5000 + "\n")
+    done = prb("build", "--config", str(long))
+    assert done.returncode == 2 and "long.yaml: personas.source: a value over" in done.stderr
