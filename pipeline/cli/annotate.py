@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from pipeline.cli.common import app, console, fail, guarded
+from pipeline.cli.common import app, console, fail, finite, guarded
 
 annotate_app = typer.Typer(help="Human annotation: export batches, import labels, status.")
 app.add_typer(annotate_app, name="annotate")
@@ -52,12 +52,20 @@ def annotation_run(run: str, outputs: Path | None, **changes):
 @guarded
 def annotate_export(
     run: str = typer.Argument(..., help="Run id (under --outputs) or run folder."),
-    batch_size: int = typer.Option(None, help="Pairs per batch (default: the run's config)."),
-    annotators: int = typer.Option(None, help="Annotators per batch (default: the config)."),
+    batch_size: int = typer.Option(
+        None, min=1, max=100_000, help="Pairs per batch (default: the run's config)."
+    ),
+    annotators: int = typer.Option(
+        None, min=1, max=1000, help="Annotators per batch (default: the config)."
+    ),
     pool: str = typer.Option(None, help="Comma-separated annotator ids to assign round-robin."),
-    gold: int = typer.Option(None, help="Gold items per batch."),
-    repeats: int = typer.Option(None, help="Repeated (A/B-swapped) items per batch."),
-    seed: int = typer.Option(None, help="Shuffle seed (default: annotation.seed)."),
+    gold: int = typer.Option(None, min=0, max=100_000, help="Gold items per batch."),
+    repeats: int = typer.Option(
+        None, min=0, max=100_000, help="Repeated (A/B-swapped) items per batch."
+    ),
+    seed: int = typer.Option(
+        None, min=0, max=2**32 - 1, help="Shuffle seed (default: annotation.seed)."
+    ),
     outputs: Path = typer.Option(None, help="Outputs folder (default: outputs/)."),
     force: bool = typer.Option(False, help="Replace an earlier export with no labels yet."),
 ):
@@ -105,7 +113,11 @@ def annotate_import(
 def annotate_status(
     run: str = typer.Argument(..., help="Run id (under --outputs) or run folder."),
     exclude_below: float = typer.Option(
-        None, help="Leave out annotators whose gold accuracy is below this (0-1)."
+        None,
+        min=0.0,
+        max=1.0,
+        callback=finite,
+        help="Leave out annotators whose gold accuracy is below this (0-1).",
     ),
     outputs: Path = typer.Option(None, help="Outputs folder (default: outputs/)."),
     as_json: bool = typer.Option(False, "--json", help="Print the figures as JSON."),

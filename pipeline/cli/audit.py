@@ -21,7 +21,7 @@ def audit(
         help="A run id under outputs/ or a run directory; or any release in the public schema: "
         "a release folder (hub layout or prb's), a JSONL/JSON/Parquet file, or hf:NAME.",
     ),
-    worst: int = typer.Option(10, help="How many worst pairs to list (runs)."),
+    worst: int = typer.Option(10, min=0, max=100_000, help="How many worst pairs to list (runs)."),
     out: Path = typer.Option(
         None, help="Report folder for a release (default: outputs/audit/<release name>)."
     ),

@@ -70,7 +70,9 @@ def build(
     mode: str = typer.Option("online", help="online, or batch (OpenAI Batch API, cheaper)."),
     runner: str = typer.Option("default", help="default, or dask (shards on a Dask cluster)."),
     address: str = typer.Option(None, help="Dask scheduler address (default: a LocalCluster)."),
-    shards: int = typer.Option(8, min=1, help="Shards per model stage with --runner dask."),
+    shards: int = typer.Option(
+        8, min=1, max=1024, help="Shards per model stage with --runner dask."
+    ),
     force_new_run: bool = typer.Option(
         False, help="Move an existing run dir aside to <run>.old-N and start it afresh."
     ),

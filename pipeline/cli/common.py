@@ -18,6 +18,13 @@ console = Console()
 errors = Console(stderr=True)
 
 
+def finite(value: float | None) -> float | None:
+    """A float option's callback: NaN passes every range check, so it is refused here."""
+    if value is not None and value != value:
+        raise typer.BadParameter("not a number (nan)")
+    return value
+
+
 def fail(message: str, code: int) -> typer.Exit:
     """One line on stderr, then the exit code (see pipeline/errors.py for the codes)."""
     errors.print(f"[red]error:[/red] {escape(terminal(message))}", highlight=False, soft_wrap=True)

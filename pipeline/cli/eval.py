@@ -78,9 +78,13 @@ def eval_command(
     ),
     base_url: str = typer.Option(None, help="OpenAI-compatible endpoint for the judges."),
     sim: bool = typer.Option(False, help="Start the bundled simulator and judge with it."),
-    bootstrap: int = typer.Option(1000, min=10, help="Bootstrap resamples for the 95% CIs."),
-    seed: int = typer.Option(0, help="Seed for bootstrap and BoN ties (random: random:seed=N)."),
-    n: int = typer.Option(4, min=2, help="Best-of-N: candidates per prompt."),
+    bootstrap: int = typer.Option(
+        1000, min=10, max=1_000_000, help="Bootstrap resamples for the 95% CIs."
+    ),
+    seed: int = typer.Option(
+        0, min=0, max=2**32 - 1, help="Seed for bootstrap and BoN ties (random: random:seed=N)."
+    ),
+    n: int = typer.Option(4, min=2, max=64, help="Best-of-N: candidates per prompt."),
     candidates: Path = typer.Option(None, help="Best-of-N: JSONL of {id, candidates} to use."),
     generator: str = typer.Option(None, help="Best-of-N: generator model (default: config's)."),
     oracle: str = typer.Option(None, help="Best-of-N: oracle judge model (default: config's)."),
@@ -93,7 +97,10 @@ def eval_command(
         None, help="RL: the policy to fine-tune (a Hugging Face model folder)."
     ),
     steps: int = typer.Option(
-        None, min=1, help="RL: GRPO steps per reward model (default: the config's rl.steps)."
+        None,
+        min=1,
+        max=1_000_000,
+        help="RL: GRPO steps per reward model (default: the config's rl.steps).",
     ),
     device: str = typer.Option(None, help="RL: cpu or cuda (default: the config's rl.device)."),
 ):

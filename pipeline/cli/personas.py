@@ -148,11 +148,15 @@ def stats(
 
 @app.command()
 def expand(
-    n: int = typer.Option(..., "--n", min=1, help="How many candidate personas to write."),
+    n: int = typer.Option(
+        ..., "--n", min=1, max=100_000, help="How many candidate personas to write."
+    ),
     config: Path = typer.Option(DATA / "configs" / "default.yaml", help="Run config."),
     base_url: str = typer.Option(None, help="OpenAI-compatible endpoint, e.g. http://host/v1."),
     category: list[str] = typer.Option(None, help="Only these categories (repeatable)."),
-    seed: int = typer.Option(0, help="Seed for targets, seed personas and model calls."),
+    seed: int = typer.Option(
+        0, min=0, max=2**32 - 1, help="Seed for targets, seed personas and model calls."
+    ),
     name: str = typer.Option(None, help="Candidates file name (default: a timestamp)."),
     out: Path = typer.Option(None, help="Exact output file (default under outputs/)."),
 ):

@@ -88,8 +88,12 @@ def reward_server(
     ),
     host: str = typer.Option("127.0.0.1", help="Address to listen on."),
     port: int = typer.Option(8100, min=1, max=65535),
-    concurrency: int = typer.Option(4, min=1, help="Batches scored at once (others wait)."),
-    max_items: int = typer.Option(512, min=1, help="Items per request at most (413 beyond)."),
+    concurrency: int = typer.Option(
+        4, min=1, max=1024, help="Batches scored at once (others wait)."
+    ),
+    max_items: int = typer.Option(
+        512, min=1, max=100_000, help="Items per request at most (413 beyond)."
+    ),
     config: Path = typer.Option(
         None,
         help="Run config for an LLM judge's endpoint, model and "
