@@ -233,7 +233,7 @@ def test_an_answer_repeating_the_prompts_markup_is_dropped():
     assert not measured("Use a list:\n<b>bold</b> is fine\n- and so is this", "x").chosen.residue
     for residue in (
         "Hum softly.<|im_end|>",
-        "Hello {{ name }}",
+        "Hello {{ question }}",  # prb's own template variable (issue 38: not any Jinja)
         "[INST] Warm up [/INST]",
         "<answer>\n1. Hum softly\n</response>",
     ):

@@ -155,3 +155,31 @@ def test_a_degraded_run_loses_its_unhelpful_answers_to_the_floor_with_no_judge_c
     sound = build(write_config(tmp_path / "ok", sim_url, personas={"per_category": 4}))
     kept = list(StageFile(Path(sound["run_dir"]), "filters", FilterRecord).read())
     assert not [r for r in kept if set(FLOOR) & set(r.reasons)]
+
+
+def test_code_an_answer_quotes_is_no_residue_and_a_french_question_is_owed_french():
+    """Issue 38: residue is prb's own prompt markup and chat-template tokens, not Jinja,
+    Handlebars or HTML an answer quotes; the language rule owes the question's own language
+    even when the user's posts are in another one."""
+    jinja = (
+        "Put the greeting in your template as {{ user.name }} and loop with {% for item in "
+        "cart %} ... {% endfor %}; Handlebars writes {{#if ok}} instead."
+    )
+    html = "Wrap the card in a div:\n<div>\n  <p>Hello</p>\n</div>\nthen style it."
+    for text in (jinja, html):
+        assert not text_sanity.measure(pair(text), None, None).chosen.residue, text
+        assert "bad_text" not in floor_reasons(pair(text)), text  # (off this question, though)
+    assert text_sanity.measure(pair("Answer: {{ question }}"), None, None).chosen.residue
+    question = "Comment devrais-je commencer la peinture à l'aquarelle quand on est retraité ?"
+    french = (
+        "Commencez par une petite boîte d'aquarelle et deux pinceaux ronds, puis exercez-vous "
+        "dix minutes par jour aux lavis avant de peindre un tableau entier."
+    )
+    found = text_sanity.measure(pair(french, question=question), None, None)
+    assert found.question_language == "en" and found.own_language == "fr", found
+    assert "bad_text" not in floor_reasons(pair(french, french, question=question))
+    german = (
+        "Kaufen Sie zuerst einen kleinen Aquarellkasten und zwei runde Pinsel, und üben "
+        "Sie jeden Tag zehn Minuten lang Lasuren, bevor Sie ein ganzes Bild malen."
+    )
+    assert "bad_text" in floor_reasons(pair(german, french, question=question))

@@ -16,19 +16,38 @@ import re
 from pydantic import Field
 
 from pipeline.checks.base import Check, Figure
+from pipeline.paths import DATA
 from pipeline.records import Pair, Record
 
-# the data blocks of the generation prompts (prompts/chosen.yaml, rejected.yaml), template
-# syntax, and chat-template special tokens of the model families prb is run with
-# and a line that is nothing but a tag (`<answer>`, `</response>`: the local model wraps its
-# answers so), which no answer meant for a reader has
+
+def _prompt_markup() -> tuple[list[str], list[str]]:
+    """prb's own prompt markup, read from its prompt files: the data-block tags (`<profile>`,
+    `<key_points>`, …) and the template variables (`{{ question }}`, …) that leak into an
+    answer when a model echoes its prompt. Jinja or HTML an answer quotes for its reader
+    (`{{ user.name }}`, `{% for %}`, `<div>`) is not prb's and is no residue."""
+    tags: set[str] = set()
+    names: set[str] = set()
+    for path in sorted((DATA / "prompts").glob("*.yaml")):
+        text = path.read_text(encoding="utf-8")
+        tags |= set(re.findall(r"</?([a-z_]+)>", text))
+        names |= set(re.findall(r"\{\{-?\s*([a-z_]+)", text))
+    # loop variables (`{{ p.text }}`, `{{ item }}`) are too generic to be prb's alone
+    return sorted(tags), sorted(n for n in names if len(n) > 2 and n not in ("item", "loop"))
+
+
+_TAGS, _VARS = _prompt_markup()
+# prb's data tags anywhere, its template variables, the chat-template special tokens of the
+# model families prb is run with, and a line that is nothing but an answer wrapper
+# (`<answer>`, `</response>`: the local model wraps its answers so)
 RESIDUE = re.compile(
-    r"</?(question|key_points|aspects|avoid_aspects|strategy|profile|narrative)>"
-    r"|\{\{|\}\}|\{%|%\}|<\|[a-z_]{2,20}\|>|\[/?INST\]|<</?SYS>>"
-    r"|^[ \t]*</?[a-z][a-z_]{0,30}>[ \t]*$",
+    rf"</?({'|'.join(_TAGS)})>"
+    rf"|\{{\{{-?\s*({'|'.join(_VARS)})\b"
+    r"|<\|[a-z_]{2,20}\|>|\[/?INST\]|<</?SYS>>"
+    r"|^[ \t]*</?(answer|response)>[ \t]*$",
     re.I | re.M,
 )
 MIN_WORDS = 12  # fewer words than this: no language is read from the text
+QUESTION_WORDS = 6  # a question alone is read from this many words (confident readings only)
 
 
 class Settings(Record):
@@ -44,10 +63,14 @@ class Side(Record):
 
 
 class Result(Record):
-    question_language: str | None
+    question_language: str | None  # the question read with the user's first posts
     question_language_p: float | None
     chosen: Side
     rejected: Side
+    # the question read alone (from QUESTION_WORDS words): a French question from a user who
+    # posts in English is owed a French answer
+    own_language: str | None = None
+    own_language_p: float | None = None
 
 
 @functools.cache
@@ -57,8 +80,8 @@ def _identifier():
     return LanguageIdentifier.from_modelstring(model, norm_probs=True)
 
 
-def language(text: str) -> tuple[str | None, float | None]:
-    if len(text.split()) < MIN_WORDS:
+def language(text: str, min_words: int = MIN_WORDS) -> tuple[str | None, float | None]:
+    if len(text.split()) < min_words:
         return None, None
     code, p = _identifier().classify(text)
     return code, round(float(p), 4)
@@ -80,19 +103,25 @@ def side(text: str) -> Side:
 def measure(pair: Pair, _: object, __: object) -> Result:
     # the question with the user's own words: a longer text of the language the answer owes
     code, p = language(" ".join([pair.task.question, *(x.text for x in pair.task.profile[:3])]))
+    own, own_p = language(pair.task.question, QUESTION_WORDS)
     return Result(
         question_language=code,
         question_language_p=p,
         chosen=side(pair.chosen),
         rejected=side(pair.rejected),
+        own_language=own,
+        own_language_p=own_p,
     )
 
 
 def why(s: Side, r: Result, confidence: float = Settings().min_language_confidence) -> list[str]:
     out = ["broken encoding"] if s.encoding else []
     out += ["template residue"] if s.residue else []
+    # read as before (the question with its user's posts), the question's own language is
+    # owed too: "other language" only when the answer is surely in neither
     sure = (s.language_p or 0) >= confidence and (r.question_language_p or 0) >= confidence
-    if sure and s.language != r.question_language:
+    own = r.own_language if (r.own_language_p or 0) >= confidence else None
+    if sure and s.language not in (r.question_language, own):
         out.append("other language")
     return out
 
