@@ -52,18 +52,22 @@ def synthesise(per_category: int, folder: Path) -> Path:
 
 def no_model_stages(library: str, per_category: int, out: str) -> None:
     """Child process: the personas and questions stages as the flow runs them."""
+    import asyncio
+
     from pipeline.config import load_config
-    from pipeline.run.flow import personas_task, questions_task
+    from pipeline.stages import RunContext, stage
 
     cfg = load_config(
         None, outputs_dir=out, personas={"library": [library], "per_category": per_category}
     )
     run_dir = cfg.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
+    ctx = RunContext(cfg, run_dir)
     t0 = time.monotonic()
-    n_personas = personas_task.fn(cfg, run_dir)
+    personas = asyncio.run(stage("personas").run(ctx, None))  # as the flow runs them
+    n_personas = len(personas)
     t1 = time.monotonic()
-    n_tasks = len(questions_task.fn(cfg, run_dir))
+    n_tasks = len(asyncio.run(stage("questions").run(ctx, personas)))
     t2 = time.monotonic()
     peak = vm_hwm_gib()
     print(

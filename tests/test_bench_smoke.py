@@ -23,7 +23,7 @@ SMOKE = {  # script -> (arguments at the smallest size, what its output must sho
         "429",
     ),
     "resume.py": (["--per-category", "2", "--latency-ms", "1"], "calls"),
-    "judge_calls.py": (["--per-category", "2"], "per released pair"),
+    "judge_calls.py": (["--per-category", "2"], "judge_calls_per_released"),
     "scale.py": (["--personas", "30", "--model-personas", "15"], "calls/s"),
     "qualification.py": (["--answers", "2", "--no-local"], "prefers"),
     "null.py": ([RELEASE, "--copies", "2"], "0.5"),
