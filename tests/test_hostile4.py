@@ -335,3 +335,34 @@ def test_every_numeric_option_declares_its_range_and_refuses_what_lies_outside()
                 assert name in result.output and "Traceback" not in result.output
     assert not unbounded, f"numeric options with no declared range: {unbounded}"
     assert tried >= 100
+
+
+def test_release_verify_lists_wrong_typed_null_or_missing_answers_not_a_bug(tmp_path, sim_url):
+    import shutil
+    from pathlib import Path
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from conftest import build, write_config
+
+    made = Path(build(write_config(tmp_path, sim_url, personas={"per_category": 2}))["release_dir"])
+
+    def spoiled(name: str, change) -> Path:
+        folder = tmp_path / name
+        shutil.copytree(made, folder)
+        for f in folder.glob("*/*.parquet"):
+            pq.write_table(change(pq.read_table(f)), f)
+        return folder
+
+    def column(t: pa.Table, name: str, values: pa.Array) -> pa.Table:
+        return t.set_column(t.schema.get_field_index(name), name, values)
+
+    cases = {
+        "'chosen' is int": lambda t: column(t, "chosen", pa.array(range(t.num_rows), pa.int64())),
+        "'chosen' is NoneType": lambda t: column(t, "chosen", pa.nulls(t.num_rows, pa.string())),
+        "'rejected' is missing": lambda t: t.drop_columns(["rejected"]),
+    }
+    for k, (said, change) in enumerate(cases.items()):
+        done = prb("release", "verify", str(spoiled(f"case{k}", change)))
+        assert done.returncode == 1, (said, done.returncode, done.stderr[-400:])
+        assert said in done.stdout and "internal error" not in done.stderr, done.stdout[-400:]

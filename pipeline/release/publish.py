@@ -112,9 +112,18 @@ def check_pairs(rows: dict[str, list[dict]]) -> list[str]:
     problems: list[str] = []
     ids: dict[str, str] = {}
     asked: dict[tuple[str, str], str] = {}
+    text = ("id", "persona_id", "question", "chosen", "rejected")
     for category, data in rows.items():
         for i, r in enumerate(data):
-            where = f"{category} row {i} (id {r['id']})"
+            where = f"{category} row {i} (id {r.get('id')!r})"
+            wrong = [
+                f"{c!r} is {'missing' if c not in r else type(r[c]).__name__}"
+                for c in text
+                if not isinstance(r.get(c), str)
+            ]
+            if wrong:  # the rest of the checks read these as text
+                problems.append(f"{where}: {', '.join(wrong)}, not text")
+                continue
             if r["id"] in ids:
                 problems.append(f"{where}: duplicate pair id (also {ids[r['id']]})")
             ids.setdefault(r["id"], f"{category} row {i}")
