@@ -135,11 +135,10 @@ def _strict_problem(node: object, name: str, where: tuple) -> str | None:
     return None
 
 
-def bad_request(message: str) -> JSONResponse:
-    return JSONResponse(
-        {"error": {"message": message, "type": "invalid_request_error", "code": None}},
-        status_code=400,
-    )
+def bad_request(message: str, param: str | None = None) -> JSONResponse:
+    """A 400 in OpenAI's shape (naming the parameter at fault, when there is one)."""
+    error = {"message": message, "type": "invalid_request_error", "code": None}
+    return JSONResponse({"error": error | ({"param": param} if param else {})}, status_code=400)
 
 
 def create_app(opts: SimOptions) -> FastAPI:
@@ -234,17 +233,7 @@ def create_app(opts: SimOptions) -> FastAPI:
             return JSONResponse({"error": {"message": "simulated failure"}}, status_code=500)
         if (problem := response_format_problem(body.get("response_format"))) is not None:
             opts.stats["bad_response_format"] += 1
-            return JSONResponse(
-                {
-                    "error": {
-                        "message": problem,
-                        "type": "invalid_request_error",
-                        "param": "response_format",
-                        "code": None,
-                    }
-                },
-                status_code=400,
-            )
+            return bad_request(problem, "response_format")
         if body.get("model") not in MODELS:
             return JSONResponse(
                 {
