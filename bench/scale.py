@@ -143,7 +143,45 @@ def model_build(
         "calls": sum(u["calls"] for u in stats["usage"].values()),
         "wall_s": time.monotonic() - t0,
         "peak_gib": peak,
+        "stats": stats,
     }
+
+
+def stage_table(stats: dict) -> list[str]:
+    """run_stats.json as a table: each stage's wall time, calls/s and own peak RSS, then the
+    gate, the floor and qualification on their own lines, and their share of the build."""
+    from pipeline.checks import CHECKS
+    from pipeline.stages import stages
+
+    parts, wall = stats["parts"], stats["wall_seconds"]
+    lines = [f"{'stage':<34}{'wall s':>9}{'calls':>9}{'calls/s':>9}{'peak GiB':>10}"]
+    for stage in stages():
+        spent = stats["stages"].get(stage.name)
+        if spent is None:
+            continue
+        calls = stats["usage"].get(stage.name, {}).get("calls", 0)
+        rate = f"{calls / spent['wall_s']:.0f}" if calls and spent["wall_s"] else ""
+        peak = spent["peak_rss_gib"]
+        lines.append(
+            f"{stage.name:<34}{spent['wall_s']:>9.1f}{calls or '':>9}{rate:>9}"
+            f"{'' if peak is None else f'{peak:.3f}':>10}"
+        )
+    names = sorted(c.name for c in CHECKS if c.floor)
+    floor = {f"filters: {n}{part}" for n in names for part in ("", " (run-level)")}
+    gate = sum(v for k, v in parts.items() if "artifact" in k)
+    floor_s = sum(v for k, v in parts.items() if k in floor)
+    for name, seconds in (
+        ("  artifact gate (pairs' rewrite + filters)", gate),
+        (f"  quality floor ({', '.join(names)})", floor_s),
+        ("  judge qualification", parts.get("filters: qualification", 0.0)),
+        ("  release probes (card figures)", parts.get("release: probes", 0.0)),
+    ):
+        lines.append(f"{name:<34}{seconds:>9.1f}")
+    lines.append(
+        f"{'gate + floor share of the build':<34}{(gate + floor_s) / wall:>9.1%}  (target <= 15%)"
+    )
+    lines += [f"  {k}: {v:.1f} s" for k, v in sorted(parts.items()) if v >= 0.5]
+    return lines
 
 
 def main() -> None:
@@ -190,6 +228,7 @@ def main() -> None:
                 f"{r['wall_s']:.1f}s ({r['calls'] / r['wall_s']:.0f} calls/s); "
                 f"peak RSS {r['peak_gib']:.3f} GiB"
             )
+            print("\n".join(stage_table(r["stats"])))
     n_all = 3 * per_category
     if points[-1]["personas"] >= n_all or len(points) < 2:
         return  # measured at N (or nothing to extrapolate from)

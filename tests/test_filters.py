@@ -69,6 +69,27 @@ def test_every_pair_is_recorded_with_scores_and_reasons(degraded_run):
     assert result["funnel"]["filters_kept"] == sum(r.kept for r in records)
 
 
+def test_run_stats_say_what_each_stage_and_each_check_spent(degraded_run):
+    """Issue 39: run_stats.json has every stage's wall time and own peak memory, and the
+    filters' parts (each check's measuring, the gate's run-level pass, qualification)."""
+    _, result = degraded_run
+    stats = json.loads((Path(result["run_dir"]) / "run_stats.json").read_text())
+    names = ["personas", "questions", "rubrics", "pairs", "filters", "annotation", "release"]
+    assert set(stats["stages"]) == set(names)
+    for spent in stats["stages"].values():
+        assert 0 <= spent["wall_s"] <= stats["wall_seconds"]
+        assert 0.01 < spent["peak_rss_gib"] < 8  # this process's own, reset per stage (Linux)
+    parts = stats["parts"]
+    free = [c.name for c in CHECKS if not c.cost and c.enabled(FilterConfig(**ALL))]
+    assert {f"filters: {n}" for n in free} <= set(parts)
+    assert {"filters: artifact (run-level)", "filters: qualification", "release: probes"} <= set(
+        parts
+    )
+    assert sum(v for k, v in parts.items() if k.startswith("filters")) <= (
+        stats["stages"]["filters"]["wall_s"] + 0.01
+    )
+
+
 def test_answers_differing_in_quality_are_dropped_for_it(degraded_run):
     _, result = degraded_run
     records = filtered(result)

@@ -183,3 +183,24 @@ def test_code_an_answer_quotes_is_no_residue_and_a_french_question_is_owed_frenc
         "Sie jeden Tag zehn Minuten lang Lasuren, bevor Sie ein ganzes Bild malen."
     )
     assert "bad_text" in floor_reasons(pair(german, french, question=question))
+
+
+def test_the_language_reading_is_langids_own_only_cheaper():
+    """Issue 39: the floor reads languages with langid's weights cast once (not per call) and
+    each text once; the codes and confidences are exactly stock langid's."""
+    from langid.langid import LanguageIdentifier, model
+
+    stock = LanguageIdentifier.from_modelstring(model, norm_probs=True)
+    texts = [r[k] for r in controlled() for k in ("chosen", "rejected", "question")]
+    texts += [
+        "Pour un budget mensuel, notez chaque dépense pendant un mois puis fixez des plafonds.",
+        "Für ein Monatsbudget schreiben Sie jede Ausgabe einen Monat lang auf und setzen Grenzen.",
+        "Para un presupuesto mensual, anota cada gasto durante un mes y luego fija límites claros.",
+    ]
+    text_sanity.language.cache_clear()
+    for text in texts:
+        code, p = text_sanity.language(text, 1)
+        want, want_p = stock.classify(text)
+        assert (code, p) == (want, round(float(want_p), 4)), text
+    assert {text_sanity.language(t, 1)[0] for t in texts[-3:]} == {"fr", "de", "es"}
+    assert text_sanity.language.cache_info().hits >= 3  # read once, answered from memory after

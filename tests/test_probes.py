@@ -77,6 +77,68 @@ def test_the_classifier_never_trains_and_tests_on_one_users_pairs():
     assert probe.value is not None and probe.low <= probes.THRESHOLD
 
 
+def reference_out_of_fold(rows: list[dict], seed: int) -> list[float]:
+    """The classifier as first written: both vectorisers fitted afresh on each fold's training
+    answers. `out_of_fold` counts every text once and re-weighs per fold; it must not differ."""
+    import numpy as np
+    from scipy.sparse import csr_matrix, hstack, vstack
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import GroupKFold
+
+    from pipeline.audit.probes.base import cues
+    from pipeline.audit.probes.classifier import groups
+
+    g = groups(rows, lambda r: r["user"])
+    chosen, rejected = [r["chosen"] for r in rows], [r["rejected"] for r in rows]
+    cue = np.asarray([list(cues(c).values()) for c in chosen]) - np.asarray(
+        [list(cues(r).values()) for r in rejected]
+    )
+    cue = cue / (np.abs(cue).max(axis=0) + 1e-9)
+    out = [0.5] * len(rows)
+    folds = GroupKFold(min(5, len(set(g))), shuffle=True, random_state=seed)
+    for train, test in folds.split(chosen, groups=g):
+        vecs = [
+            TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2),
+            TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True, min_df=2),
+        ]
+        for v in vecs:
+            v.fit([chosen[i] for i in train] + [rejected[i] for i in train])
+
+        def diff(idx, vecs=vecs):
+            pick = lambda texts: [texts[i] for i in idx]  # noqa: E731
+            parts = [v.transform(pick(chosen)) - v.transform(pick(rejected)) for v in vecs]
+            return hstack([*parts, csr_matrix(cue[idx])]).tocsr()
+
+        d = diff(train)
+        y = np.r_[np.ones(len(train)), np.zeros(len(train))]
+        fit = LogisticRegression(max_iter=2000, fit_intercept=False).fit(vstack([d, -d]), y)
+        for i, p in zip(test, fit.predict_proba(diff(test))[:, 1], strict=True):
+            out[i] = float(p)
+    return out
+
+
+def test_the_classifier_computes_its_features_once_and_decides_as_if_fitted_per_fold():
+    """Issue 39: the gate's features are counted once per run and every fold and AFLite round
+    reuses them; the probabilities equal the per-fold vectorisers' (a swapped answer's text
+    appears twice, as one user's chosen and another's rejected: counted twice, as before)."""
+    from pipeline.audit.probes.classifier import Features, out_of_fold
+
+    rows = [{**r, "user": r["id"].split("-")[0]} for r in leaky() + controlled()]
+    # shared texts, as persona_swap writes them
+    for a, b in zip(rows[:40:10], rows[45:85:10], strict=True):
+        b["rejected"] = a["chosen"]
+    for seed in (0, 1, 2):
+        want = reference_out_of_fold(rows, seed)
+        assert out_of_fold(rows, lambda r: r["user"], seed) == pytest.approx(want, abs=1e-12)
+    # a subset by `take` (an AFLite round) scores as the subset's own features would
+    alive = list(range(0, len(rows), 2))
+    part = [rows[i] for i in alive]
+    shared = out_of_fold(part, lambda r: r["user"], 4, features=Features(rows).take(alive))
+    assert shared == pytest.approx(reference_out_of_fold(part, 4), abs=1e-12)
+    assert len({round(p, 6) for p in shared}) > 10  # a real fit, not a constant
+
+
 def test_prb_audit_reads_the_hub_layout_a_flat_file_and_hf_names(releases, tmp_path):
     out = tmp_path / "audit"
     done = prb("audit", str(releases["leaky"]), "--out", str(out), cwd=tmp_path)

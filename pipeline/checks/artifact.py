@@ -50,15 +50,18 @@ def aflite(rows: list[dict], cfg, *, max_drop: float, every: bool = False) -> li
     """AFLite over rows (id, chosen, rejected, user, rejected_for): one result per row. Each round
     takes at most a tenth of what is left (the next fit shows what the rest leaks), or, with
     `every` (the pairs stage's rewrite, which loses no pair), every confident pair."""
-    from pipeline.audit.probes.classifier import out_of_fold
+    from pipeline.audit.probes.classifier import Features, out_of_fold
 
+    features = Features(rows)  # once: every round scores a subset of the same answers
     found = [Result() for _ in rows]
     # by id, not file order: a stage file's order changes when a line is superseded, and the
     # folds (shuffled by seed) must not, or a resumed run would decide otherwise
     alive = sorted(range(len(rows)), key=lambda i: rows[i]["id"])
     budget = int(max_drop * len(rows))
     for round_ in range(1, cfg.artifact_rounds + 1):
-        probs = out_of_fold([rows[i] for i in alive], lambda r: r["user"], seed=round_)
+        probs = out_of_fold(
+            [rows[i] for i in alive], lambda r: r["user"], round_, features=features.take(alive)
+        )
         if probs is None:
             break
         for i, p in zip(alive, probs, strict=True):

@@ -75,11 +75,17 @@ class Result(Record):
 
 @functools.cache
 def _identifier():
+    import numpy as np
     from langid.langid import LanguageIdentifier, model
 
-    return LanguageIdentifier.from_modelstring(model, norm_probs=True)
+    found = LanguageIdentifier.from_modelstring(model, norm_probs=True)
+    # its weights are float32, and numpy casts all 7480 x 97 of them to float64 on every
+    # classify to meet the float64 feature counts: cast once (the same products, 7x faster)
+    found.nb_ptc = found.nb_ptc.astype(np.float64)
+    return found
 
 
+@functools.lru_cache(maxsize=8192)  # persona_swap: each answer is in two pairs
 def language(text: str, min_words: int = MIN_WORDS) -> tuple[str | None, float | None]:
     if len(text.split()) < min_words:
         return None, None

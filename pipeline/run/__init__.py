@@ -1,2 +1,3 @@
 """Running a build: `flow` (the Prefect flow), `rundir` (lock, preflight, fingerprint,
-lifecycle), `shards` (Dask), `prefect_env` (prb's own Prefect server)."""
+lifecycle), `shards` (Dask), `prefect_env` (prb's own Prefect server), `meter` (what each
+stage spent)."""

@@ -20,6 +20,7 @@ from pipeline.errors import PrbError, StorageError
 from pipeline.llm.cache import ResponseCache
 from pipeline.llm.client import LLM
 from pipeline.release.manifest import write_funnel
+from pipeline.run.meter import peak_rss_gib, reset_peak
 from pipeline.run.rundir import open_run
 from pipeline.stages import STAGES, RunContext, Stage
 from pipeline.store import atomic_write
@@ -74,12 +75,15 @@ async def build(
     llm = LLM(cfg.model, cache_, transport=transport)
     ctx = RunContext(cfg, run_dir, llm, cache_, shards=shards, stages=STAGES)
     failed = False
+    spent: dict[str, dict] = {}  # stage -> its wall time and peak memory
     try:
         # stages hand each other Records (a stage file read from disk on demand), never lists:
         # every record carries its persona, so holding a stage in memory grows with the run
         # (bench/scale.py); only ids and cache keys are kept for the funnel and the manifest
         previous = None
         for stage in STAGES:
+            reset_peak()
+            t0 = time.monotonic()
             # a stage's input, by declaration: what the latest stage writing its first read
             # type handed on (the stage list was checked at assembly: one did)
             previous = ctx.read(stage.reads[0]) if stage.reads else None
@@ -95,6 +99,10 @@ async def build(
             if stage.output is not None:
                 ctx.outputs[stage.output] = previous
             write_funnel(run_dir, ctx.funnel, ctx.lost, ctx.changed)  # for `prb audit`, however far
+            spent[stage.name] = {
+                "wall_s": round(time.monotonic() - t0, 3),
+                "peak_rss_gib": peak_rss_gib(),
+            }
         release_dir = previous
     except BaseException:
         failed = True
@@ -106,6 +114,9 @@ async def build(
             "run_id": cfg.run_id,
             "wall_seconds": round(time.monotonic() - started, 3),
             "usage": llm.usage_dict(),
+            "stages": spent,
+            # parts of a stage (the artifact gate, each floor check, qualification), in seconds
+            "parts": {k: round(v, 3) for k, v in sorted(ctx.seconds.items())},
         }
         # run-dependent figures live beside the release, never inside the hashed files; written
         # however the run ended, so a failed run's calls and retries are on record too (unless

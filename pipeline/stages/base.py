@@ -58,6 +58,7 @@ class RunContext:
         self.produced: dict[str, set[str]] = {}  # stage -> ids it produced
         self.keys: dict[str, list[str]] = {}  # stage -> cache keys of the answers it used
         self.outputs: dict[type, Any] = {}  # record type -> the latest stage output of it
+        self.seconds: dict[str, float] = {}  # a stage's part (the gate, a floor check) -> time
 
     def read(self, record_type: type[BaseModel]) -> Any:
         """What the latest stage that writes `record_type` handed on (a stage declares it in

@@ -23,6 +23,7 @@ from pipeline.llm.types import CallResult, LLMError, PermanentLLMError
 from pipeline.qualification import qualify
 from pipeline.qualification import read as read_qualification
 from pipeline.records import FilterRecord, Pair
+from pipeline.run.meter import timed
 from pipeline.stages.base import RunContext, Stage, process_stage
 from pipeline.store import Records
 
@@ -60,8 +61,12 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
     prompts = {t: load_prompt(t) for t in check_tasks()}
     judge = ctx.cfg.model.judge
     on = [c for c in CHECKS if c.enabled(cfg)]  # an opt-in check switched off never runs
-    shared = {c.name: c.prepare(pairs, cfg) for c in on if c.prepare}  # one pass over all
-    qualified = None if ctx.shard else await qualification(ctx, pairs)
+    shared = {}
+    for c in (c for c in on if c.prepare):  # one pass over all (the artifact gate's AFLite)
+        with timed(ctx.seconds, f"filters: {c.name} (run-level)"):
+            shared[c.name] = c.prepare(pairs, cfg)
+    with timed(ctx.seconds, "filters: qualification"):
+        qualified = None if ctx.shard else await qualification(ctx, pairs)
     # filters.judges qualified: no verdict of a judge that did not qualify
     weak = cfg.judges == "qualified" and not (read_qualification(ctx.run_dir) or {}).get("passed")
     unjudged = [c.name for c in on if c.cost] if weak else []
@@ -107,7 +112,8 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
                 else:
                     done[call.name] = answer
             for c in group:
-                result = c.measure(pair, done, shared.get(c.name))
+                with timed(ctx.seconds, f"filters: {c.name}"):
+                    result = c.measure(pair, done, shared.get(c.name))
                 if result is not None:
                     results[c.name] = result
                     reasons[c.name] = c.decide(result, cfg)

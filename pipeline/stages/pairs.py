@@ -25,6 +25,7 @@ from pipeline.contrast import User, partners
 from pipeline.llm.prompts import load_prompt
 from pipeline.llm.types import LLMError
 from pipeline.records import Dropped, Pair, Rewritten, RubricRecord, pair_id, stable_id
+from pipeline.run.meter import timed
 from pipeline.stages.base import (
     RECORDS_IN_FLIGHT,
     RunContext,
@@ -196,7 +197,8 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
     rewrite_on = ctx.cfg.generation.rewrite_artifacts and ctx.cfg.filters.artifact_gate
     if rewrite_on and set(names) != {SWAP}:
         partners_of = partners_of or swap_partners(rubrics)
-        ctx.changed[STAGE.funnel] = await rewrite_artifacts(ctx, rubrics, partners_of, rewrite)
+        with timed(ctx.seconds, "pairs: artifact gate and its rewrites"):
+            ctx.changed[STAGE.funnel] = await rewrite_artifacts(ctx, rubrics, partners_of, rewrite)
     return model_stage_done(STAGE, ctx, rubrics)
 
 

@@ -30,6 +30,7 @@ from pipeline.records import AnnotationRecord, FilterRecord
 from pipeline.release import manifest as mf
 from pipeline.release.card import render_card
 from pipeline.release.schema import FEATURES, data_path, file_checksums, jsonl_path, to_row
+from pipeline.run.meter import timed
 from pipeline.sim import FINGERPRINT as SIMULATOR
 from pipeline.stages.base import RunContext, Stage, prompt_tasks, roles
 from pipeline.stats import word_count
@@ -250,6 +251,8 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
         ctx.funnel[STAGE.funnel] = stats.n
         config = cfg.recorded()
         tokens, answered = answers_used(ctx.cache, ctx.keys)
+        with timed(ctx.seconds, "release: probes"):
+            found = validity(stats.probed)
         manifest = mf.Manifest(
             format_version=mf.FORMAT_VERSION,
             name=cfg.release.name,
@@ -273,7 +276,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
             per_category=counts,
             num_bytes=arrow_bytes,
             stats=stats.summary(),
-            validity=validity(stats.probed),
+            validity=found,
             judge_qualification={
                 k: v for k, v in (qualification.read(run_dir) or {}).items() if k != "keys"
             },

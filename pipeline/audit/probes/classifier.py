@@ -11,6 +11,7 @@ predicts confidently.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 
 import numpy as np
@@ -58,15 +59,66 @@ def groups(rows: list[dict], user: Callable[[dict], str]) -> list[int]:
     return [roots.setdefault(find(k[0]), len(roots)) for k in keyed]
 
 
+class Features:
+    """The n-gram counts and surface cues of a set of pairs' answers, computed once and shared
+    by every fold and every AFLite round (`subset`): a fold only restricts the vocabulary to
+    the terms in at least two of its training answers and weighs them by their idf there, which
+    is what a TfidfVectorizer fitted on those answers computes (min_df=2, smooth idf, sublinear
+    tf, l2 rows), without tokenising any text again. Each distinct text is counted once."""
+
+    def __init__(self, rows: list[dict]):
+        from sklearn.feature_extraction.text import CountVectorizer
+
+        index: dict[str, int] = {}
+        self.chosen = np.asarray([index.setdefault(r["chosen"], len(index)) for r in rows])
+        self.rejected = np.asarray([index.setdefault(r["rejected"], len(index)) for r in rows])
+        texts = list(index)
+        self.counts = [
+            CountVectorizer(ngram_range=(1, 2)).fit_transform(texts),
+            CountVectorizer(analyzer="char_wb", ngram_range=(3, 5)).fit_transform(texts),
+        ]
+        cue = np.asarray([list(cues(t).values()) for t in texts])
+        self.cue_diff = cue[self.chosen] - cue[self.rejected]
+
+    def take(self, idx: list[int]) -> Features:
+        """The features of the pairs at `idx` (the counts shared, not copied)."""
+        part = copy.copy(self)
+        part.chosen, part.rejected = self.chosen[idx], self.rejected[idx]
+        part.cue_diff = self.cue_diff[idx]
+        return part
+
+    def tfidf(self, train: np.ndarray) -> list:
+        """Every text's tf-idf rows as fitted on the training pairs' answers (both of each)."""
+        from sklearn.preprocessing import normalize
+
+        docs = np.bincount(
+            np.r_[self.chosen[train], self.rejected[train]], minlength=self.counts[0].shape[0]
+        )
+        out = []
+        for counts in self.counts:
+            df = (counts > 0).T.astype(np.int64) @ docs  # a text used twice counts twice
+            keep = np.flatnonzero(df >= 2)
+            x = counts[:, keep].astype(np.float64)
+            np.log(x.data, x.data)
+            x.data += 1
+            idf = np.log((1 + 2 * len(train)) / (1 + df[keep])) + 1
+            out.append(normalize(x.multiply(idf).tocsr()))
+        return out
+
+
 def out_of_fold(
-    rows: list[dict], user: Callable[[dict], str], seed: int = 0, folds: int = 5
+    rows: list[dict],
+    user: Callable[[dict], str],
+    seed: int = 0,
+    folds: int = 5,
+    features: Features | None = None,
 ) -> list[float] | None:
     """Each pair's out-of-fold probability that its `chosen` is the chosen one (0.5: no idea;
     every pair is in exactly one test fold);
     None when the pairs cannot be split into two or more independent groups. `user` names a
-    row's user (the release's `user_key`; the build's persona id)."""
+    row's user (the release's `user_key`; the build's persona id). `features`: the rows'
+    `Features` when the caller has them (AFLite's rounds: `Features.take`)."""
     from scipy.sparse import csr_matrix, hstack, vstack
-    from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupKFold
 
@@ -74,30 +126,15 @@ def out_of_fold(
     k = min(folds, len(set(g)))
     if len(rows) < 10 or k < 2:
         return None
-    chosen = [r["chosen"] for r in rows]
-    rejected = [r["rejected"] for r in rows]
-    cue_diff = np.asarray(
-        [
-            [a - b for a, b in zip(cues(c).values(), cues(r).values(), strict=True)]
-            for c, r in zip(chosen, rejected, strict=True)
-        ]
-    )
-    cue_diff = cue_diff / (np.abs(cue_diff).max(axis=0) + 1e-9)  # |a - b|: label-free
+    f = features if features is not None else Features(rows)
+    cue_diff = f.cue_diff / (np.abs(f.cue_diff).max(axis=0) + 1e-9)  # |a - b|: label-free
     out = [0.5] * len(rows)
     splitter = GroupKFold(n_splits=k, shuffle=True, random_state=seed)
-    for train, test in splitter.split(chosen, groups=g):
-        vecs = [
-            TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True, min_df=2),
-            TfidfVectorizer(analyzer="char_wb", ngram_range=(3, 5), sublinear_tf=True, min_df=2),
-        ]
-        for v in vecs:  # fitted on the training answers only
-            v.fit([chosen[i] for i in train] + [rejected[i] for i in train])
+    for train, test in splitter.split(rows, groups=g):
+        tfidf = f.tfidf(train)  # fitted on the training answers only
 
-        def diff(idx, vecs=vecs):
-            parts = [
-                v.transform([chosen[i] for i in idx]) - v.transform([rejected[i] for i in idx])
-                for v in vecs
-            ]
+        def diff(idx, tfidf=tfidf):
+            parts = [t[f.chosen[idx]] - t[f.rejected[idx]] for t in tfidf]
             return hstack([*parts, csr_matrix(cue_diff[idx])]).tocsr()
 
         d = diff(train)

@@ -1,0 +1,42 @@
+"""What a build spends, stage by stage: wall time and peak memory, for run_stats.json (never
+the hashed release files: they vary from machine to machine). Peak memory is the process's
+VmHWM, reset before each stage where Linux allows it, so each stage's figure is its own."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+_STATUS = Path("/proc/self/status")
+
+
+def peak_rss_gib() -> float | None:
+    """This process's peak resident memory since the last reset, in GiB; None off Linux."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024**2, 3)
+    except OSError:
+        pass
+    return None
+
+
+def reset_peak() -> bool:
+    """Start a new peak (Linux: 5 to clear_refs resets VmHWM, and nothing else)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def timed(into: dict[str, float], part: str) -> Iterator[None]:
+    """Adds the seconds the block takes to `into[part]` (a part may run many times)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        into[part] = into.get(part, 0.0) + time.perf_counter() - t0
