@@ -361,3 +361,43 @@ def test_push_refuses_without_a_token(runs, tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: ")  # one line
     assert "no Hugging Face token" in proc.stderr and "HF_TOKEN" in proc.stderr
+
+
+def test_the_cards_probes_read_a_seeded_sample_of_a_large_release(
+    runs, sim_url, tmp_path, monkeypatch
+):
+    """Issue 39: the release stage's probes keep at most PROBE_SAMPLE rows (the smallest
+    sha256 of seed and id, whatever order they arrive in), and card and manifest say so."""
+    from pipeline.stages import release as stage
+
+    rows = [{k: f"{k}-{i}" for k in stage.PROBED} for i in range(200)]
+    extra = {"rejected_strategy": "x", "pair_checks": {"blind_picked": "none"}}
+    extra["annotation"] = {"verdict": "agree"}
+
+    def kept(order):
+        stats = stage.ReleaseStats(sample=20, seed=7)
+        for r in order:
+            stats.add({**r, **extra})
+        return stats
+
+    forward, backward = kept(rows), kept(rows[::-1])
+    assert forward.n == 200 and len(forward.probed) == 20
+    assert {r["id"] for r in forward.probed} == {r["id"] for r in backward.probed}
+    ids = [r["id"] for r in forward.probed]
+    assert ids == [r["id"] for r in rows if r["id"] in set(ids)]  # in the order they came
+    assert forward.sampled() == {"pairs": 20, "of": 200, "seed": 7, "by": "sha256(seed:id)"}
+    assert kept(rows[:20]).sampled() is None  # a release within the sample is read whole
+
+    monkeypatch.setattr(stage, "PROBE_SAMPLE", 3)
+    config = write_config(
+        tmp_path, sim_url, run_id="sampled", outputs_dir=str(runs["tmp"] / "outputs")
+    )
+    release = Path(build(config)["release_dir"])
+    manifest = json.loads((release / "manifest.json").read_text())
+    n = sum(manifest["per_category"].values())
+    assert n > 3 and manifest["validity"]["sample"]["pairs"] == 3
+    assert manifest["validity"]["sample"]["of"] == n
+    assert all(p["n"] <= 3 for f in manifest["validity"]["families"] for p in f["probes"])
+    assert f"a seeded sample of 3 of the {n} released pairs" in (release / "README.md").read_text()
+    unsampled = json.loads((runs["two"] / "manifest.json").read_text())["validity"]
+    assert "sample" not in unsampled

@@ -145,6 +145,13 @@ def validity_md(found: dict) -> str:
         "easy": "Verdict: **easy**: no leak, but matching the user's words wins.",
     }
     out = [head.get(found["verdict"], found["verdict"])]
+    if found.get("sample"):
+        s = found["sample"]
+        out.append(
+            f"The probes read a seeded sample of {s['pairs']:,} of the {s['of']:,} released "
+            f"pairs (the {s['pairs']:,} with the smallest sha256 of `{s['seed']}:<id>`), so "
+            "each figure's n is the sample's; `prb audit` on the release reads every pair."
+        )
     for fam in found["families"]:
         rows = [
             [

@@ -9,6 +9,7 @@ pair stops instead (exit 5), saying where every record was lost.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import json
 import shutil
 import tempfile
@@ -37,6 +38,9 @@ from pipeline.stats import word_count
 from pipeline.store import Records, current_drops
 
 ROWS_PER_BATCH = 1000  # rows per Arrow batch and Parquet row group: bounds the writer's memory
+# the card's probes read at most this many released pairs (a seeded sample): their memory
+# and time stay bounded, and at n = 5,000 a Wilson interval is +-0.014 wide
+PROBE_SAMPLE = 5000
 
 
 def write_jsonl(parquet: Path, path: Path) -> None:
@@ -102,7 +106,7 @@ PROBED = (
 )
 
 
-def validity(rows: list[dict]) -> dict:
+def validity(rows: list[dict], sampled: dict | None = None) -> dict:
     """What the card and the manifest say separates the pairs: the model-free probes on the
     released rows, family by family (leakage, floors), with n and intervals; and the build's
     own judges on those rows (`judges`), by the figures their checks declare."""
@@ -129,6 +133,7 @@ def validity(rows: list[dict]) -> dict:
             for f in found["families"]
         ],
         "judges": judged(rows),
+        **({"sample": sampled} if sampled else {}),
     }
 
 
@@ -148,18 +153,27 @@ def judged(rows: list[dict]) -> list[dict]:
 
 class ReleaseStats:
     """Figures about the released rows that the card reports (all derived, all deterministic),
-    counted row by row as the rows stream past."""
+    counted row by row as the rows stream past. The probes read at most `sample` rows: the
+    ones whose sha256 of seed and pair id is smallest (a seeded sample that does not depend
+    on the order rows arrive in), kept in a heap, so the stage's memory does not grow with
+    the release; below `sample` they read every row."""
 
-    def __init__(self) -> None:
+    def __init__(self, sample: int = PROBE_SAMPLE, seed: int = 0) -> None:
         self.n = 0
         self.words = {"chosen": 0, "rejected": 0}
         self.strategies: Counter[str] = Counter()
         self.blind: Counter[str] = Counter()
         self.verdicts: Counter[str] = Counter()
-        self.probed: list[dict] = []  # what the probes read of each row
+        self.sample, self.seed = sample, seed
+        self._heap: list[tuple[int, int, dict]] = []  # (-hash, arrival, probed row)
 
     def add(self, row: dict) -> dict:
-        self.probed.append({k: row.get(k) for k in PROBED})
+        key = hashlib.sha256(f"{self.seed}:{row['id']}".encode()).digest()[:8]
+        item = (-int.from_bytes(key, "big"), self.n, {k: row.get(k) for k in PROBED})
+        if len(self._heap) < self.sample:
+            heapq.heappush(self._heap, item)
+        elif item[0] > self._heap[0][0]:  # a smaller hash than the largest one kept
+            heapq.heapreplace(self._heap, item)
         self.n += 1
         for col in self.words:
             self.words[col] += word_count(row[col])
@@ -167,6 +181,17 @@ class ReleaseStats:
         self.blind[row["pair_checks"]["blind_picked"]] += 1
         self.verdicts[row["annotation"]["verdict"]] += 1
         return row
+
+    @property
+    def probed(self) -> list[dict]:
+        """What the probes read: the sampled rows in the order they arrived."""
+        return [row for _, _, row in sorted(self._heap, key=lambda item: item[1])]
+
+    def sampled(self) -> dict | None:
+        """The sample, as the card and manifest state it; None when the probes read all."""
+        if self.n <= self.sample:
+            return None
+        return {"pairs": self.sample, "of": self.n, "seed": self.seed, "by": "sha256(seed:id)"}
 
     def summary(self) -> dict:
         return {
@@ -232,7 +257,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
         pid = f.pair.pair_id
         if f.kept and pid in verdicts and releasable(cfg, verdicts[pid]):
             order.setdefault(f.pair.task.category, []).append((pid, offset))
-    stats = ReleaseStats()
+    stats = ReleaseStats(PROBE_SAMPLE, cfg.seed)
     final = run_dir / "release"
     tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".release-"))
     tmp.chmod(0o755)  # mkdtemp makes 0700; the release is meant to be shared
@@ -252,7 +277,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
         config = cfg.recorded()
         tokens, answered = answers_used(ctx.cache, ctx.keys)
         with timed(ctx.seconds, "release: probes"):
-            found = validity(stats.probed)
+            found = validity(stats.probed, stats.sampled())
         manifest = mf.Manifest(
             format_version=mf.FORMAT_VERSION,
             name=cfg.release.name,
