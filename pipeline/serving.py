@@ -1,14 +1,19 @@
 """Running prb's HTTP servers (the simulator, the reward server): the port is taken before
 anything claims to listen, and SIGTERM/SIGINT stop the server within `GRACE_S` seconds even with
-requests in flight (uvicorn cancels what is still running then; those clients get an error).
+requests in flight: what is still running near the end of the grace is answered 503 with
+Retry-After (the client's retry policy knows what to do with that), and one line says so.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import ipaddress
+import json
 import logging
 import socket
+import sys
 from collections.abc import Callable
 
 from pipeline.errors import PortInUse, PrbError
@@ -58,14 +63,67 @@ def port_free(host: str, port: int) -> None:
     bind(host, port).close()
 
 
+class Drain:
+    """ASGI middleware: once `stop` is set, every request still running that has not begun
+    its answer is cancelled and answered 503 with Retry-After, so no client sees a 500 and
+    uvicorn has nothing left to cancel (which it would do with a traceback per request)."""
+
+    BODY = json.dumps({"error": {"message": "the server is shutting down: retry later"}})
+
+    def __init__(self, app) -> None:
+        self.app, self.stop, self.answered = app, asyncio.Event(), 0
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracked(message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        inner = asyncio.ensure_future(self.app(scope, receive, tracked))
+        stop = asyncio.ensure_future(self.stop.wait())
+        try:
+            await asyncio.wait({inner, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not inner.done():
+                inner.cancel()
+                with contextlib.suppress(BaseException):  # its own end is no one's business
+                    await inner
+        if not inner.cancelled():
+            return inner.result()  # the app's answer, or its exception, as without us
+        if not started:
+            self.answered += 1
+            headers = [(b"content-type", b"application/json"), (b"retry-after", b"5")]
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            await send({"type": "http.response.body", "body": self.BODY.encode()})
+
+
 def serve(app, host: str, port: int, announce: Callable[[], None] | None = None) -> None:
     """Serve `app` until SIGTERM/SIGINT; `announce` runs once the port is ours."""
     import uvicorn
+
+    drain = Drain(app)
+
+    class Server(uvicorn.Server):
+        async def shutdown(self, sockets=None) -> None:
+            # answer what still runs half a second before uvicorn's grace ends
+            asyncio.get_running_loop().call_later(max(0.0, GRACE_S - 0.5), drain.stop.set)
+            await super().shutdown(sockets)
+            if drain.answered:
+                print(
+                    f"stopped: {drain.answered} request(s) still running were answered 503 "
+                    "(Retry-After)",
+                    file=sys.stderr,
+                )
 
     sock = bind(host, port)
     if announce is not None:
         announce()
     config = uvicorn.Config(
-        app, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE_S
+        drain, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE_S
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    Server(config).run(sockets=[sock])
