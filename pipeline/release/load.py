@@ -23,7 +23,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-import pandas as pd
+import pyarrow.parquet as pq
 
 from pipeline.errors import PrbError
 from pipeline.release.schema import PARQUET_GLOB, PUBLIC
@@ -35,10 +35,11 @@ class ReleaseError(PrbError, ValueError):
 
 def load_rows(spec: str | Path) -> tuple[list[dict], dict]:
     """(rows, info): the rows of a release in any accepted layout that can be measured, and
-    where they came from (`source`, `layout`, `configs`) with `warnings` about the rows that
-    could not (see `_checked`)."""
+    where they came from (`source`, `layout`, `configs`) with `warnings` about the files and
+    rows that could not (see `_card_files`, `_checked`)."""
     rows, info = _load(spec)
     checked, warnings = _checked(rows, info["source"])
+    warnings = [*info.pop("warnings", []), *warnings]
     return checked, {**info, "rows": len(rows), "warnings": warnings}
 
 
@@ -56,9 +57,10 @@ def _load(spec: str | Path) -> tuple[list[dict], dict]:
             "no release given: name a release folder, a JSONL/JSON/Parquet file or hf:NAME"
         )
     if path.is_dir():
-        if (path / "README.md").exists() and _card_configs(path):
-            rows, configs = _from_datasets(str(path), str(path))
-            return rows, {"source": str(path), "layout": "card configs", "configs": configs}
+        if (path / "README.md").exists() and (listed := _card_configs(path)):
+            rows, configs, warnings = _card_files(path, listed)
+            info = {"source": str(path), "layout": "card configs", "configs": configs}
+            return rows, {**info, "warnings": warnings}
         files = sorted(path.glob(PARQUET_GLOB))
         if not files:
             raise ReleaseError(
@@ -91,6 +93,64 @@ def _card_configs(folder: Path) -> list[dict]:
     return configs if isinstance(configs, list) else []
 
 
+def _card_files(folder: Path, listed: list) -> tuple[list[dict], list[str], list[str]]:
+    """A local folder's configs as its card lists them (the default config if one is marked,
+    else every config; each config's `test` split, else its first), read file by file: a
+    file with no rows is skipped and a column that only some files have is read where it is,
+    each with a warning, where `datasets` would refuse the whole release for either."""
+    configs = [c for c in listed if isinstance(c, dict) and c.get("config_name")]
+    chosen = [c for c in configs if c.get("default")] or configs
+    rows: list[dict] = []
+    warnings: list[str] = []
+    columns: dict[str, set[str]] = {}  # file -> its columns
+    for config in chosen:
+        name = str(config["config_name"])
+        files = _split_files(folder, config.get("data_files"))
+        if not files:
+            raise ReleaseError(f"{folder / 'README.md'}: config {name!r} lists no data file here")
+        found = []
+        for f in files:
+            part = _read_file(f)
+            if not part:
+                warnings.append(f"{f.relative_to(folder)} has no rows (skipped)")
+            else:
+                columns[str(f.relative_to(folder))] = set(part[0])
+            found += part
+        for row in found:
+            if not row.get("category"):
+                row["category"] = name
+        rows += found
+    everywhere = set.intersection(*columns.values()) if columns else set()
+    for column in sorted(set().union(*columns.values()) - everywhere):
+        where = [f for f, cols in columns.items() if column in cols]
+        shown = f"{len(where)} of {len(columns)} files: {_first(where)}"
+        warnings.append(f"column {column!r} is only in {shown}")
+    return rows, [str(c["config_name"]) for c in chosen], warnings
+
+
+def _split_files(folder: Path, data_files) -> list[Path]:
+    """The files of a config's `test` split (else its first) under `folder`, in order. The
+    card's `data_files` is a pattern, a list of patterns, or a list of {split, path}."""
+    if isinstance(data_files, str | list) and all(
+        isinstance(x, str) for x in ([data_files] if isinstance(data_files, str) else data_files)
+    ):
+        patterns = [data_files] if isinstance(data_files, str) else data_files
+    elif isinstance(data_files, list):
+        splits = [d for d in data_files if isinstance(d, dict) and d.get("path")]
+        pick = next((d for d in splits if d.get("split") == "test"), splits[0] if splits else {})
+        path = pick.get("path", [])
+        patterns = [path] if isinstance(path, str) else [str(x) for x in path]
+    else:
+        patterns = []
+    root = folder.resolve()
+    found: list[Path] = []
+    for pattern in patterns:
+        for f in sorted(folder.glob(pattern)):
+            if f.is_file() and f.resolve().is_relative_to(root) and f not in found:
+                found.append(f)  # a pattern that climbs out of the folder reads nothing
+    return found
+
+
 def _from_datasets(source: str, label: str) -> tuple[list[dict], list[str]]:
     """Every config of a hub-style dataset (or its default one), through `datasets`."""
     import datasets
@@ -121,8 +181,8 @@ def _from_datasets(source: str, label: str) -> tuple[list[dict], list[str]]:
 
 def _read_file(path: Path) -> list[dict]:
     try:
-        if path.suffix == ".parquet":
-            return pd.read_parquet(path).to_dict("records")
+        if path.suffix == ".parquet":  # Arrow's rows: a null is None (pandas makes it NaN)
+            return pq.read_table(path).to_pylist()
         if path.suffix == ".jsonl":
             # lines are split on "\n" only: U+2028 and friends may sit inside a JSON string
             lines = path.read_text(encoding="utf-8").split("\n")
