@@ -138,6 +138,8 @@ def model_build(
     t0 = time.monotonic()
     _, peak = run_measured("pipeline.cli", "build", "--config", str(folder / "config.yaml"))
     stats = json.loads((folder / "outputs" / "scale" / "run_stats.json").read_text())
+    # the flow resets the peak at each stage (run_stats has each stage's): the build's is the max
+    peak = max([peak, *(s["peak_rss_gib"] or 0 for s in stats["stages"].values())])
     return {
         "personas": 3 * per_category,
         "calls": sum(u["calls"] for u in stats["usage"].values()),

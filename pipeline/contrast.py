@@ -50,17 +50,15 @@ def partners(users: dict[str, User]) -> dict[str, User]:
     by_key: dict[str, User] = {}
     for u in users.values():
         by_key.setdefault(u.key, u)
-    ranked = sorted(
-        (_similarity(a, b), a.key, b.key)
-        for a in by_key.values()
-        for b in by_key.values()
-        if a.key < b.key and a.category == b.category
-    )
     mate: dict[str, User] = {}
-    for _, a, b in ranked:
-        if a not in mate and b not in mate:
-            mate[a], mate[b] = by_key[b], by_key[a]
-    best = contrasts(users)
+    for category in sorted({u.category for u in by_key.values()}):
+        own = sorted((u for u in by_key.values() if u.category == category), key=lambda u: u.key)
+        couples = _couples_by_levels(own)
+        if couples is None:  # users without comparable levels: every couple's Jaccard
+            couples = _couples_by_ranking(own)
+        mate.update({a: by_key[b] for a, b in couples.items()})
+    left = {item: u for item, u in users.items() if u.key not in mate}
+    best = contrasts(users, left) if left else {}
     return {
         item: mate.get(u.key) or best[item]
         for item, u in users.items()
@@ -68,13 +66,84 @@ def partners(users: dict[str, User]) -> dict[str, User]:
     }
 
 
-def contrasts(users: dict[str, User]) -> dict[str, User]:
-    """item id -> the contrasting user for that item's user (absent: nobody else to pick)."""
+def _couples_by_ranking(own: list[User]) -> dict[str, str]:
+    """Greedy couples over every pair of a category, least similar first (ties by keys)."""
+    ranked = sorted(
+        (_similarity(a, b), a.key, b.key) for i, a in enumerate(own) for b in own[i + 1 :]
+    )
+    mate: dict[str, str] = {}
+    for _, a, b in ranked:
+        if a not in mate and b not in mate:
+            mate[a], mate[b] = b, a
+    return mate
+
+
+def _couples_by_levels(own: list[User]) -> dict[str, str] | None:
+    """The couples `_couples_by_ranking` makes, without ranking every pair: where every two
+    users share a preference dimension, similarity depends only on the two users' levels, and
+    a category of 17,000 users has fewer than a hundred distinct ones. For each similarity,
+    most conflicting first, each free user in key order takes the first free user after it
+    among the levels at that similarity: the order of the full ranking (similarity, then
+    keys), so the same couples. None where some two users share no dimension."""
+    from bisect import bisect_right
+
+    signature = {u.key: tuple(sorted(u.levels.items())) for u in own}
+    keys: dict[tuple, list[str]] = {}  # levels -> its users' keys, sorted (own is)
+    for u in own:
+        keys.setdefault(signature[u.key], []).append(u.key)
+    table: dict[tuple, dict[int, list[tuple]]] = {}  # levels -> similarity -> levels
+    for x in keys:
+        for y in keys:
+            dx, dy = dict(x), dict(y)
+            shared = dx.keys() & dy.keys()
+            if not shared:
+                return None
+            sim = -sum(dx[d] != dy[d] for d in shared)
+            table.setdefault(x, {}).setdefault(sim, []).append(y)
+    # the first free index at or after i in a levels' key list (taken ones point past)
+    after: dict[tuple, list[int]] = {y: list(range(len(k) + 1)) for y, k in keys.items()}
+
+    def free(y: tuple, i: int) -> int:
+        nxt = after[y]
+        root = i
+        while nxt[root] != root:
+            root = nxt[root]
+        while nxt[i] != root:
+            nxt[i], i = root, nxt[i]
+        return root
+
+    index = {k: i for k_list in keys.values() for i, k in enumerate(k_list)}
+    mate: dict[str, str] = {}
+
+    def take(key: str) -> None:
+        after[signature[key]][index[key]] = index[key] + 1
+
+    for sim in sorted({s for row in table.values() for s in row}):
+        for u in own:
+            a = u.key
+            if a in mate:
+                continue
+            best = None
+            for y in table[signature[a]].get(sim, ()):
+                k = keys[y]
+                j = free(y, bisect_right(k, a))
+                if j < len(k) and (best is None or k[j] < best):
+                    best = k[j]
+            if best is not None:
+                mate[a], mate[best] = best, a
+                take(a)
+                take(best)
+    return mate
+
+
+def contrasts(users: dict[str, User], items: dict[str, User] | None = None) -> dict[str, User]:
+    """item id -> the contrasting user for that item's user (absent: nobody else to pick),
+    for every item of `users`, or only for `items` (the candidates are always all users)."""
     by_key = {}
     for u in users.values():
         by_key.setdefault(u.key, u)
     out = {}
-    for item, u in users.items():
+    for item, u in (users if items is None else items).items():
         others = [o for o in by_key.values() if o.key != u.key]
         same = [o for o in others if o.category == u.category] or others
         if same:

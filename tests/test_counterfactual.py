@@ -94,3 +94,53 @@ def test_the_check_is_off_by_default_and_costs_nothing(sim_url, tmp_path):
     ]
     assert records and all("counterfactual" not in f["checks"] for f in records)
     assert not [k for f in records for k in f["calls"] if k.startswith("cf_")]
+
+
+def ranked_couples(users: dict[str, User]) -> dict[str, str]:
+    """The couples as first specified: every pair of a category ranked by (similarity, keys),
+    least similar first, each user in one couple (O(n^2) memory: 2 GB at 12,000 users)."""
+    from pipeline.contrast import _similarity
+
+    by_key = {u.key: u for u in users.values()}
+    ranked = sorted(
+        (_similarity(a, b), a.key, b.key)
+        for a in by_key.values()
+        for b in by_key.values()
+        if a.key < b.key and a.category == b.category
+    )
+    mate: dict[str, str] = {}
+    for _, a, b in ranked:
+        if a not in mate and b not in mate:
+            mate[a], mate[b] = b, a
+    return mate
+
+
+def test_swap_couples_by_levels_are_the_full_rankings_without_ranking_every_pair():
+    """Issue 39: couples are read off the users' distinct levels (a category of 17,000 users
+    has under a hundred), not a sorted list of every pair; they are the same couples."""
+    import random
+
+    from pipeline.contrast import partners
+
+    rng = random.Random(5)
+    levels = [
+        {f"d{d}": rng.choice("abc") for d in rng.sample(range(7), rng.choice([5, 6]))}
+        for _ in range(40)
+    ]
+    users = {
+        f"t{i}": User(
+            key=f"p{rng.randrange(10**6):06d}-{i}",
+            category=rng.choice("XYZ"),
+            aspects="",
+            levels=rng.choice(levels),
+            profile=f"t{i}",
+        )
+        for i in range(901)  # odd: a user is left over somewhere
+    }
+    found = partners(users)
+    want = ranked_couples(users)
+    assert {item: found[item].key for item, u in users.items() if u.key in want} == {
+        item: want[u.key] for item, u in users.items() if u.key in want
+    }
+    left = [item for item, u in users.items() if u.key not in want]
+    assert left and all(found[item] == contrasts(users)[item] for item in left)
