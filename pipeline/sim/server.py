@@ -501,7 +501,8 @@ def amount(kind: type):
     return parse
 
 
-def main(argv: list[str] | None = None) -> None:
+def arguments() -> argparse.ArgumentParser:
+    """`prb sim-server`'s options (argparse: shared with `python -m pipeline.sim`)."""
     ap = argparse.ArgumentParser(prog="prb sim-server", description=__doc__)
     ap.add_argument("--port", type=port_number, default=8000)
     defaults = SimOptions()
@@ -513,6 +514,11 @@ def main(argv: list[str] | None = None) -> None:
             ap.add_argument(flag, type=amount(type(default)), default=default)
         else:
             ap.add_argument(flag, type=type(default), default=default)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = arguments()
     args = ap.parse_args(argv)
     args.port = args.port or free_port()  # 0: a free port, and the announcement names it
     opts = SimOptions(**{name: getattr(args, name) for name in OPTION_FLAGS})
