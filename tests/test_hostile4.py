@@ -414,3 +414,39 @@ def test_a_parquet_release_with_an_all_null_column_reads_none_not_nan(tmp_path):
     assert all(r["rejected_for"] is None for r in loaded)
     assert all(isinstance(r["profile"], list) for r in loaded)
     assert probes.classifier_probe(loaded).value is not None
+
+
+PEAK = """
+import atexit, runpy, sys
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            sys.stderr.write(f"\\npeak-kib {line.split()[1]}\\n")
+atexit.register(peak)
+sys.argv = ["prb", *sys.argv[1:]]
+runpy.run_module("pipeline.cli", run_name="__main__")
+"""
+
+
+def test_a_ten_megabyte_answer_is_left_out_with_a_warning_not_measured_in_gigabytes(tmp_path):
+    """A 10 MB answer cost 1.7 GB of memory (the char n-grams of one text) to audit; such a
+    pair is no benchmark pair: it is left out with one warning, and the audit stays small."""
+    import json
+
+    rows = controlled()
+    rows[0]["chosen"] = "word " * 2_000_000
+    path = tmp_path / "huge.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows))
+    done = subprocess.run(
+        [sys.executable, "-c", PEAK, "audit", str(path), "--out", str(tmp_path / "a")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=prefect_env(),
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    shown = " ".join(done.stdout.split())
+    assert f"{len(rows) - 1} pairs read (of {len(rows)} rows)" in shown
+    assert "over 100,000 characters" in shown and rows[0]["id"] in shown
+    peak_mib = int(done.stderr.split("peak-kib")[-1].split()[0]) / 1024
+    assert peak_mib < 700, peak_mib

@@ -28,6 +28,11 @@ import pyarrow.parquet as pq
 from pipeline.errors import PrbError
 from pipeline.release.schema import PARQUET_GLOB, PUBLIC
 
+# a text longer than this is no answer a benchmark asks for, and measuring it costs memory out
+# of all proportion (a 10 MB answer: 1.7 GB in the char n-gram probe): such pairs are left out
+MAX_TEXT_CHARS = {"chosen": 100_000, "rejected": 100_000, "question": 100_000}
+MAX_PROFILE_CHARS = 2_000_000
+
 
 class ReleaseError(PrbError, ValueError):
     """A release that cannot be read; the message names the file or the row."""
@@ -218,7 +223,7 @@ def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
     if not rows:
         raise ReleaseError(f"{where}: no rows")
     out, seen = [], {}
-    repeated, renamed, empty, identical = [], [], [], []
+    repeated, renamed, empty, identical, huge = [], [], [], [], []
     mistyped: dict[str, list[str]] = {}  # "'chosen' is int" -> ids
     for i, raw in enumerate(rows):
         if not isinstance(raw, dict):
@@ -259,6 +264,11 @@ def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
             empty.append(str(row["id"]))
         elif answers[0].strip() == answers[1].strip():
             identical.append(str(row["id"]))
+        elif (
+            any(isinstance(row[k], str) and len(row[k]) > n for k, n in MAX_TEXT_CHARS.items())
+            or len(profile_text(row)) > MAX_PROFILE_CHARS
+        ):
+            huge.append(str(row["id"]))
         else:
             out.append(row)
     warnings = [
@@ -269,6 +279,11 @@ def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
             (renamed, "ids name two different pairs (the later renamed ID#2)"),
             (empty, "pairs have an empty or non-text answer (left out)"),
             (identical, "pairs have chosen identical to rejected (left out)"),
+            (
+                huge,
+                f"pairs have a question or an answer over {MAX_TEXT_CHARS['chosen']:,} "
+                f"characters or a profile over {MAX_PROFILE_CHARS:,} (left out)",
+            ),
         )
         if ids
     ]
