@@ -139,6 +139,23 @@ def test_the_classifier_computes_its_features_once_and_decides_as_if_fitted_per_
     assert len({round(p, 6) for p in shared}) > 10  # a real fit, not a constant
 
 
+def test_the_classifier_fits_a_bounded_seeded_sample_and_scores_in_chunks(monkeypatch):
+    """Issue 39: a fold fits at most MAX_TRAIN pairs (a seeded sample) and scores CHUNK pairs
+    at a time, so its memory does not grow with the release; chunks change nothing."""
+    from pipeline.audit.probes import classifier
+
+    rows = [{**r, "user": r["id"].split("-")[0]} for r in leaky() + controlled()]
+    whole = classifier.out_of_fold(rows, lambda r: r["user"], 1)
+    monkeypatch.setattr(classifier, "CHUNK", 7)
+    assert classifier.out_of_fold(rows, lambda r: r["user"], 1) == whole
+    monkeypatch.setattr(classifier, "MAX_TRAIN", 40)
+    sampled = classifier.out_of_fold(rows, lambda r: r["user"], 1)
+    assert sampled != whole and sampled == classifier.out_of_fold(rows, lambda r: r["user"], 1)
+    leaky_ids = {r["id"] for r in leaky()}
+    right = [p > 0.5 for r, p in zip(rows, sampled, strict=True) if r["id"] in leaky_ids]
+    assert sum(right) / len(right) > 0.9  # 40 pairs still learn the planted cues
+
+
 def test_prb_audit_reads_the_hub_layout_a_flat_file_and_hf_names(releases, tmp_path):
     out = tmp_path / "audit"
     done = prb("audit", str(releases["leaky"]), "--out", str(out), cwd=tmp_path)

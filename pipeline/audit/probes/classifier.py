@@ -59,9 +59,15 @@ def groups(rows: list[dict], user: Callable[[dict], str]) -> list[int]:
     return [roots.setdefault(find(k[0]), len(roots)) for k in keyed]
 
 
+# a fold's model is fitted on at most this many pairs (a seeded sample of its training pairs
+# beyond it), and scores CHUNK pairs at a time: below ~12,500 pairs every training pair is used
+MAX_TRAIN = 10_000
+CHUNK = 5_000
+
+
 class Features:
     """The n-gram counts and surface cues of a set of pairs' answers, computed once and shared
-    by every fold and every AFLite round (`subset`): a fold only restricts the vocabulary to
+    by every fold and every AFLite round (`take`): a fold only restricts the vocabulary to
     the terms in at least two of its training answers and weighs them by their idf there, which
     is what a TfidfVectorizer fitted on those answers computes (min_df=2, smooth idf, sublinear
     tf, l2 rows), without tokenising any text again. Each distinct text is counted once."""
@@ -74,8 +80,10 @@ class Features:
         self.rejected = np.asarray([index.setdefault(r["rejected"], len(index)) for r in rows])
         texts = list(index)
         self.counts = [
-            CountVectorizer(ngram_range=(1, 2)).fit_transform(texts),
-            CountVectorizer(analyzer="char_wb", ngram_range=(3, 5)).fit_transform(texts),
+            CountVectorizer(ngram_range=(1, 2), dtype=np.int32).fit_transform(texts),
+            CountVectorizer(analyzer="char_wb", ngram_range=(3, 5), dtype=np.int32).fit_transform(
+                texts
+            ),
         ]
         cue = np.asarray([list(cues(t).values()) for t in texts])
         self.cue_diff = cue[self.chosen] - cue[self.rejected]
@@ -87,23 +95,30 @@ class Features:
         part.cue_diff = self.cue_diff[idx]
         return part
 
-    def tfidf(self, train: np.ndarray) -> list:
-        """Every text's tf-idf rows as fitted on the training pairs' answers (both of each)."""
+    def weights(self, train: np.ndarray) -> Callable[[np.ndarray], list]:
+        """A fold's tf-idf, fitted on its training pairs' answers (both of each): a function
+        from text indices to their rows, made only for the texts a step needs."""
         from sklearn.preprocessing import normalize
 
         docs = np.bincount(
             np.r_[self.chosen[train], self.rejected[train]], minlength=self.counts[0].shape[0]
         )
-        out = []
+        fitted = []
         for counts in self.counts:
             df = (counts > 0).T.astype(np.int64) @ docs  # a text used twice counts twice
             keep = np.flatnonzero(df >= 2)
-            x = counts[:, keep].astype(np.float64)
-            np.log(x.data, x.data)
-            x.data += 1
-            idf = np.log((1 + 2 * len(train)) / (1 + df[keep])) + 1
-            out.append(normalize(x.multiply(idf).tocsr()))
-        return out
+            fitted.append((counts, keep, np.log((1 + 2 * len(train)) / (1 + df[keep])) + 1))
+
+        def rows(texts: np.ndarray) -> list:
+            out = []
+            for counts, keep, idf in fitted:
+                x = counts[texts][:, keep].astype(np.float64)
+                np.log(x.data, x.data)
+                x.data += 1
+                out.append(normalize(x.multiply(idf).tocsr()))
+            return out
+
+        return rows
 
 
 def out_of_fold(
@@ -131,18 +146,25 @@ def out_of_fold(
     out = [0.5] * len(rows)
     splitter = GroupKFold(n_splits=k, shuffle=True, random_state=seed)
     for train, test in splitter.split(rows, groups=g):
-        tfidf = f.tfidf(train)  # fitted on the training answers only
+        if len(train) > MAX_TRAIN:  # a seeded sample: the fit's memory stays bounded
+            train = np.sort(np.random.default_rng(seed).choice(train, MAX_TRAIN, replace=False))
+        tfidf = f.weights(train)  # fitted on the training answers only
 
         def diff(idx, tfidf=tfidf):
-            parts = [t[f.chosen[idx]] - t[f.rejected[idx]] for t in tfidf]
+            pairs = zip(tfidf(f.chosen[idx]), tfidf(f.rejected[idx]), strict=True)
+            parts = [a - b for a, b in pairs]
             return hstack([*parts, csr_matrix(cue_diff[idx])]).tocsr()
 
         d = diff(train)
         x = vstack([d, -d]).tocsr()  # both orders: chosen first (1) and second (0)
+        del d
         y = np.r_[np.ones(len(train)), np.zeros(len(train))]
         model = LogisticRegression(max_iter=2000, C=1.0, fit_intercept=False).fit(x, y)
-        for i, p in zip(test, model.predict_proba(diff(test))[:, 1], strict=True):
-            out[i] = float(p)
+        del x
+        for start in range(0, len(test), CHUNK):  # scored a chunk at a time
+            part = test[start : start + CHUNK]
+            for i, p in zip(part, model.predict_proba(diff(part))[:, 1], strict=True):
+                out[i] = float(p)
     return out
 
 
