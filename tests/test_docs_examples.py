@@ -49,8 +49,13 @@ def inline_mentions() -> list[tuple[str, str]]:
 def resolve(args: list[str]):
     """The (sub)command the words name, and the words left for it."""
     cmd = CLI
-    while hasattr(cmd, "commands") and args and args[0] in cmd.commands:
-        cmd = cmd.commands[args.pop(0)]
+    while hasattr(cmd, "commands") and args:
+        if args[0] in cmd.commands:
+            cmd = cmd.commands[args.pop(0)]
+        elif getattr(cmd, "default", None) and not args[0].startswith("-"):
+            cmd = cmd.commands[cmd.default]  # `prb eval RELEASE`: the group's default
+        else:
+            break
     return cmd, args
 
 

@@ -98,7 +98,7 @@ def test_a_plugin_package_adds_a_reward_model_and_a_probe(tmp_path):
             timeout=300,
         )
 
-    helped = prb("eval", "--help")
+    helped = prb("eval", "score", "--help")
     assert helped.returncode == 0 and "plugin: the shorter answer wins" in flat(helped.stdout)
     release = tmp_path / "r.jsonl"
     release.write_text("\n".join(json.dumps(r) for r in controlled()))
@@ -125,7 +125,7 @@ def test_a_plugin_package_adds_a_reward_model_and_a_probe(tmp_path):
     ]
     assert "cue: question marks" in names
     without = subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "eval", "--help"],
+        [sys.executable, "-m", "pipeline.cli", "eval", "score", "--help"],
         env=prefect_env(),
         capture_output=True,
         text=True,

@@ -539,7 +539,8 @@ def test_eight_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     board = (release.parent / "eval" / "leaderboard.csv").read_text()
     assert "shortest/profile" in board and "length/profile" in board
-    shown = " ".join(prb("eval", "--help").stdout.replace("│", " ").split())  # unwrap rich's box
+    helped = prb("eval", "score", "--help").stdout
+    shown = " ".join(helped.replace("│", " ").split())  # unwrap rich's box
     assert "shortest: shorter answer wins" in shown
     # the backend: every call of the build went through it
     assert manifest["config"]["model"]["provider"] == "keyheader"

@@ -102,7 +102,7 @@ def test_a_broken_plugin_costs_prb_one_warning_line(tmp_path):
     warned = [line for line in helped.stderr.splitlines() if "prb_broken" in line]
     assert len(warned) == 1 and "exploding = prb_broken:CHECK" in warned[0], helped.stderr
     assert "RuntimeError: boom at import" in warned[0]
-    evaled = prb("eval", "--help")
+    evaled = prb("eval", "score", "--help")
     assert evaled.returncode == 0 and "Traceback" not in evaled.stderr
     warned = [line for line in evaled.stderr.splitlines() if "prb_broken:" in line]
     warned = [w for w in warned if "exploding" not in w]

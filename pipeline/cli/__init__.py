@@ -6,6 +6,7 @@ from pipeline.cli import build, servers, annotate, release, audit, eval  # noqa:
 from pipeline.cli.common import app
 from pipeline.cli.personas import app as personas_app
 
+app.add_typer(eval.app, name="eval")
 app.add_typer(personas_app, name="personas")
 
 __all__ = ["app"]

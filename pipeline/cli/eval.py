@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperCommand, TyperGroup
 
-from pipeline.cli.common import app, console, errors, fail, guarded, judge_config
+from pipeline.cli.common import console, errors, guarded, judge_config
 from pipeline.cli.tables import print_correlation, print_frame, warn_release
 from pipeline.eval.models import help_text
 
@@ -36,29 +36,63 @@ class _KindsInHelp(TyperCommand):
         super().format_help(ctx, formatter)
 
 
+class _ScoreByDefault(TyperGroup):
+    """`prb eval RELEASE …` is `prb eval score RELEASE …`: a first word that names no
+    subcommand (nor asks for help) is the release of the default one."""
+
+    default = "score"
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = [self.default, *args]
+        return super().parse_args(ctx, args)
+
+
 KINDS = "{kinds}"
+app = typer.Typer(
+    cls=_ScoreByDefault,
+    no_args_is_help=True,
+    help="Score reward models on a release (`prb eval RELEASE`: `score` is the default), "
+    "with Best-of-N (`prb eval bon RELEASE`) or by fine-tuning a policy against each "
+    "(`prb eval rl RELEASE --policy PATH`). Each subcommand's --help lists its options and "
+    "the reward-model kinds.",
+)
+RELEASE = typer.Argument(
+    ...,
+    metavar="RELEASE",
+    help="A release: a folder (hub layout or prb's), a JSONL/JSON/Parquet file, or hf:NAME.",
+)
+RM = typer.Option(
+    None,
+    "--rm",
+    help="Reward model, repeatable, as KIND[:ARG][,key=value...], e.g. judge:context=none. "
+    f"Kinds: {KINDS}. Default: the three baselines.",
+)
+CONTEXT = typer.Option(
+    None,
+    help="User context the models see: profile (the default), aspects, narrative or "
+    "none. The published protocol: none.",
+)
+OUT = typer.Option(None, help="Output folder (default: RELEASE/../eval).")
+CONFIG = typer.Option(
+    None,
+    help="Run config for endpoint, models and cache (default: default.yaml; demo.yaml with --sim).",
+)
+BASE_URL = typer.Option(None, help="OpenAI-compatible endpoint for the judges.")
+SIM = typer.Option(False, help="Start the bundled simulator and judge with it.")
+BOOTSTRAP = typer.Option(1000, min=10, max=1_000_000, help="Bootstrap resamples for the 95% CIs.")
+SEED = typer.Option(
+    0, min=0, max=2**32 - 1, help="Seed for bootstrap and BoN ties (random: random:seed=N)."
+)
+ORACLE = typer.Option(None, help="The oracle judge model (default: the config's judge).")
 
 
-@app.command("eval", cls=_KindsInHelp)
+@app.command("score", cls=_KindsInHelp)
 @guarded
-def eval_command(
-    args: list[str] = typer.Argument(
-        ...,
-        metavar="[bon|rl] RELEASE",
-        help="A release folder; `bon RELEASE` adds Best-of-N; "
-        "`rl RELEASE --policy PATH` fine-tunes the policy against each reward model (GRPO).",
-    ),
-    rm: list[str] = typer.Option(
-        None,
-        "--rm",
-        help="Reward model, repeatable, as KIND[:ARG][,key=value...], e.g. judge:context=none. "
-        f"Kinds: {KINDS}. Default: the three baselines.",
-    ),
-    context: str = typer.Option(
-        None,
-        help="User context the models see: profile (the default), aspects, narrative or "
-        "none. The published protocol: none.",
-    ),
+def score_command(
+    release: str = RELEASE,
+    rm: list[str] = RM,
+    context: str = CONTEXT,
     protocol: str = typer.Option(
         "prb",
         help="Scoring rules: prb (personalized: the user context, cut to fit, never the "
@@ -70,60 +104,99 @@ def eval_command(
         help="--protocol published with judge-pair: your clone of the public Personalized "
         "RewardBench repository, whose prompts/pairwise_*.txt the judge is given.",
     ),
-    out: Path = typer.Option(None, help="Output folder (default: RELEASE/../eval)."),
-    config: Path = typer.Option(
-        None,
-        help="Run config for endpoint, models and cache (default: default.yaml; demo.yaml "
-        "with --sim).",
-    ),
-    base_url: str = typer.Option(None, help="OpenAI-compatible endpoint for the judges."),
-    sim: bool = typer.Option(False, help="Start the bundled simulator and judge with it."),
-    bootstrap: int = typer.Option(
-        1000, min=10, max=1_000_000, help="Bootstrap resamples for the 95% CIs."
-    ),
-    seed: int = typer.Option(
-        0, min=0, max=2**32 - 1, help="Seed for bootstrap and BoN ties (random: random:seed=N)."
-    ),
-    n: int = typer.Option(4, min=2, max=64, help="Best-of-N: candidates per prompt."),
-    candidates: Path = typer.Option(None, help="Best-of-N: JSONL of {id, candidates} to use."),
-    generator: str = typer.Option(None, help="Best-of-N: generator model (default: config's)."),
-    oracle: str = typer.Option(None, help="Best-of-N: oracle judge model (default: config's)."),
+    out: Path = OUT,
+    config: Path = CONFIG,
+    base_url: str = BASE_URL,
+    sim: bool = SIM,
+    bootstrap: int = BOOTSTRAP,
+    seed: int = SEED,
     blind: bool = typer.Option(
         True,
         help="After each LLM judge, the same judge without the "
         "user (context none): how much of its score needs the user.",
     ),
+):
+    """Score reward models on a release (the default: `prb eval RELEASE`).
+
+    Accuracy with 95% CIs, the leaderboard, a plot and per-pair JSON."""
+    where = (release, rm, context, out, config, base_url, sim, bootstrap, seed)
+    run_eval(*where, protocol=protocol, public_prompts=public_prompts, blind=blind)
+
+
+@app.command("bon", cls=_KindsInHelp)
+@guarded
+def bon_command(
+    release: str = RELEASE,
+    rm: list[str] = RM,
+    context: str = CONTEXT,
+    out: Path = OUT,
+    config: Path = CONFIG,
+    base_url: str = BASE_URL,
+    sim: bool = SIM,
+    bootstrap: int = BOOTSTRAP,
+    seed: int = SEED,
+    n: int = typer.Option(4, min=2, max=64, help="Candidates per prompt."),
+    candidates: Path = typer.Option(None, help="JSONL of {id, candidates} to use."),
+    generator: str = typer.Option(None, help="Generator model (default: the config's)."),
+    oracle: str = ORACLE,
+):
+    """Score reward models, then Best-of-N with each.
+
+    Each model picks one of N candidates per prompt, an oracle judge scores the picks, and
+    the win rates are set beside the accuracies."""
+    bon = {"n": n, "candidates": candidates, "generator": generator, "oracle": oracle}
+    where = (release, rm, context, out, config, base_url, sim, bootstrap, seed)
+    run_eval(*where, blind=False, bon=bon)  # BoN: only the models asked for, no blind variants
+
+
+@app.command("rl", cls=_KindsInHelp)
+@guarded
+def rl_command(
+    release: str = RELEASE,
+    rm: list[str] = RM,
+    context: str = CONTEXT,
+    out: Path = OUT,
+    config: Path = CONFIG,
+    base_url: str = BASE_URL,
+    sim: bool = SIM,
     policy: Path = typer.Option(
-        None, help="RL: the policy to fine-tune (a Hugging Face model folder)."
+        ..., help="The policy to fine-tune (a Hugging Face causal LM folder)."
     ),
     steps: int = typer.Option(
-        None,
-        min=1,
-        max=1_000_000,
-        help="RL: GRPO steps per reward model (default: the config's rl.steps).",
+        None, min=1, max=1_000_000, help="GRPO steps per reward model (default: rl.steps)."
     ),
-    device: str = typer.Option(None, help="RL: cpu or cuda (default: the config's rl.device)."),
+    device: str = typer.Option(None, help="cpu or cuda (default: the config's rl.device)."),
+    oracle: str = ORACLE,
 ):
-    """Score reward models on a release: accuracy with 95% CIs, leaderboard, plot, per-pair JSON."""
+    """Fine-tune a policy against each reward model (GRPO).
+
+    On the release's training users; an oracle judge scores it on the held-out ones."""
+    where = (release, rm, config, base_url, sim, context or "profile", out)
+    eval_rl(*where, policy, steps, device, oracle)
+
+
+def run_eval(
+    release: str,
+    rm: list[str],
+    context: str | None,
+    out: Path | None,
+    config: Path | None,
+    base_url: str | None,
+    sim: bool,
+    bootstrap: int,
+    seed: int,
+    *,
+    blind: bool,
+    protocol: str = "prb",
+    public_prompts: Path | None = None,
+    bon: dict | None = None,
+) -> None:
+    """`prb eval` and `prb eval bon`: score, print the leaderboards, exit 7 if most failed."""
     import contextlib
 
     from pipeline import progress
     from pipeline.eval.evaluate import run
 
-    do_bon = len(args) == 2 and args[0] == "bon"
-    do_rl = len(args) == 2 and args[0] == "rl"
-    if len(args) != 1 + (do_bon or do_rl):
-        raise fail("usage: prb eval [bon|rl] RELEASE [options]", 2)
-    if do_rl:
-        if policy is None:
-            raise fail("prb eval rl needs --policy PATH (a Hugging Face causal LM folder)", 2)
-        if protocol != "prb":
-            raise fail("prb eval rl runs under prb's protocol: drop --protocol", 2)
-        where = (args[1], rm, config, base_url, sim, context or "profile", out)
-        eval_rl(*where, policy, steps, device, oracle)
-        return
-    release = args[-1]  # any release (pipeline/release/load.py): a folder, a file, hf:NAME
-    bon = {"n": n, "candidates": candidates, "generator": generator, "oracle": oracle}
     with contextlib.ExitStack() as stack:
         cfg = judge_config(stack, config, sim, base_url)
         stack.enter_context(progress.showing(errors))
@@ -136,8 +209,8 @@ def eval_command(
                 out=out or default_eval_dir(release),
                 n_resamples=bootstrap,
                 seed=seed,
-                bon=bon if do_bon else None,
-                blind_variants=blind and not do_bon,  # BoN: only the models asked for
+                bon=bon,
+                blind_variants=blind,
                 protocol=protocol,
                 public_prompts=public_prompts,
             )
@@ -153,9 +226,9 @@ def eval_command(
     )
     for name, path in summary["paths"].items():
         console.print(f"{name}: {path}", highlight=False)
-    if do_bon:
+    if bon:
         b = summary["bon"]
-        print_frame(b["leaderboard"], f"Best-of-{n} (oracle: {b['info']['oracle']})")
+        print_frame(b["leaderboard"], f"Best-of-{bon['n']} (oracle: {b['info']['oracle']})")
         print_correlation("BoN win rate", b["correlation"]["win_rate"])
         for name, path in b["paths"].items():
             console.print(f"bon {name}: {path}", highlight=False)
