@@ -625,3 +625,28 @@ def test_the_position_free_judge_probes_read_each_answer_alone(tmp_path, sim_url
     assert swap.n > 0 and swap.value <= 0.5  # the advantage was personal
     again, llm = run(audit())
     assert llm.usage["audit"].calls == 0 and [p.value for p in again] == [p.value for p in probes]
+
+
+def test_eval_bon_and_rl_are_subcommands_with_their_own_options(tmp_path):
+    """Issue 40: `prb eval [bon|rl]` was one command that took every option of all three and
+    ignored the ones not meant for it (`prb eval R --n 8` scored without a word); each is its
+    own subcommand now, and `prb eval RELEASE` still scores."""
+    from public_releases import controlled
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    release = tmp_path / "r.jsonl"
+    release.write_text("\n".join(json.dumps(r) for r in controlled()))
+    runner = CliRunner()
+    scored = runner.invoke(app, ["eval", str(release), "--rm", "length", "--bootstrap", "10"])
+    assert scored.exit_code == 0, scored.output
+    assert (tmp_path / "eval-r" / "leaderboard.csv").exists()
+    for args, option in (
+        (["eval", str(release), "--rm", "length", "--n", "8"], "--n"),
+        (["eval", "bon", str(release), "--policy", "p"], "--policy"),
+        (["eval", "rl", str(release), "--policy", "p", "--bootstrap", "10"], "--bootstrap"),
+    ):
+        refused = runner.invoke(app, args)
+        assert refused.exit_code == 2 and f"No such option: {option}" in refused.output, args
+    assert "--n" in runner.invoke(app, ["eval", "bon", "--help"]).output
