@@ -4,6 +4,7 @@ aspects, and rejected answers whose named strategies miss them in visibly differ
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import statistics
 from pathlib import Path
@@ -161,3 +162,39 @@ def test_lexical_decoy_borrows_the_users_words_and_misses_the_aspects(swapped):
             for t in wanted - {"bullets", "steps"}
             if t in by_tag and by_tag[t].marker.lower() in opener
         ]
+
+
+def test_swap_partners_do_not_depend_on_the_order_the_planner_finished_in(sim_url, tmp_path):
+    """A user of several questions stands for its couple with the aspects of one of them:
+    that used to be whichever plan came back first (the rubrics file's order, which
+    concurrency shuffles), so two builds of one config swapped in different answers (28 of
+    672 pairs of configs/validity.yaml). It is the first in the questions stage's order."""
+    import shutil
+
+    from pipeline.stages.pairs import swap_partners
+    from pipeline.store import Records
+
+    config = write_config(
+        tmp_path, sim_url, personas={"per_category": 4, "questions_per_persona": 2}
+    )
+    run_dir = Path(build(config)["run_dir"])
+    shuffled = tmp_path / "shuffled"
+    shuffled.mkdir()
+    shutil.copy(run_dir / "questions.jsonl", shuffled)
+    lines = (run_dir / "rubrics.jsonl").read_text().splitlines(keepends=True)
+    (shuffled / "rubrics.jsonl").write_text("".join(reversed(lines)))
+
+    def found(folder: Path) -> dict:
+        file = StageFile(folder, "rubrics", RubricRecord)
+        return swap_partners(Records(file, lambda r: r.task.task_id))
+
+    as_built, reversed_ = found(run_dir), found(shuffled)
+    assert len(as_built) == 24 and as_built == reversed_
+    # and the partner's aspects are those of its first question in the questions file
+    first = {}
+    for line in (run_dir / "questions.jsonl").read_text().splitlines():
+        task = json.loads(line)
+        first.setdefault(task["persona"]["persona_id"], task["task_id"])
+    plans = {r.task.task_id: r for r in StageFile(run_dir, "rubrics", RubricRecord).read()}
+    for who, aspects, _ in as_built.values():
+        assert aspects == [a.model_dump() for a in plans[first[who]].rubric_aspects]

@@ -19,6 +19,7 @@ same variables; each uses what it needs."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections import Counter
 
 from pipeline.contrast import User, partners
@@ -68,9 +69,27 @@ def strategies(cfg, prompt) -> list[str]:
 SWAP = "persona_swap"
 
 
+def task_order(rubrics: Records) -> dict[str, int]:
+    """task id -> its place in the questions stage's file, which is written in one seeded pass;
+    the rubrics file is in the order the planner's answers came back, which concurrency makes
+    differ from run to run."""
+    order: dict[str, int] = {}
+    file = getattr(rubrics, "file", None)  # a plain list (tests): by task id
+    questions = file.path.with_name("questions.jsonl") if file else None
+    if questions and questions.exists():
+        with open(questions, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    order.setdefault(json.loads(line)["task_id"], len(order))
+    return order
+
+
 def swap_partners(rubrics: Records) -> dict[str, tuple[str, list[dict], list[dict]]]:
     """task id -> (persona id, aspects, profile) of its contrasting user: in mutual couples of
-    the same category, most conflicting first (pipeline/contrast.py `partners`)."""
+    the same category, most conflicting first (pipeline/contrast.py `partners`). A user of
+    several questions stands for the couple with its first question's aspects, first in the
+    questions stage's order: the same every run (it was the first to finish planning, so two
+    builds of one config could swap in different answers)."""
     users, seen = {}, {}
     for rec in rubrics:
         p = rec.task.persona
@@ -86,6 +105,8 @@ def swap_partners(rubrics: Records) -> dict[str, tuple[str, list[dict], list[dic
             levels={f.dimension: f.level for f in p.preferences},
             profile=rec.task.task_id,
         )
+    order = task_order(rubrics)
+    users = dict(sorted(users.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
     return {task: seen[other.profile] for task, other in partners(users).items()}
 
 
