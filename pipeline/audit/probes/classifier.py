@@ -12,6 +12,7 @@ predicts confidently.
 from __future__ import annotations
 
 import copy
+import hashlib
 from collections.abc import Callable
 
 import numpy as np
@@ -45,9 +46,11 @@ def groups(rows: list[dict], user: Callable[[dict], str]) -> list[int]:
             x = parent[x]
         return x
 
+    def text(t: str) -> str:  # a digest, not the text: 50,000 pairs' answers twice over
+        return "a:" + hashlib.blake2b(normalise(t).encode(), digest_size=12).hexdigest()
+
     def keys(r: dict) -> list[str]:
-        norm = normalise
-        found = [f"u:{user(r)}", f"a:{norm(r['chosen'])}", f"a:{norm(r['rejected'])}"]
+        found = [f"u:{user(r)}", text(r["chosen"]), text(r["rejected"])]
         # persona_swap: the rejected answer is its author user's kind of answer
         return found + ([f"u:{r['rejected_for']}"] if r.get("rejected_for") else [])
 
@@ -63,6 +66,7 @@ def groups(rows: list[dict], user: Callable[[dict], str]) -> list[int]:
 # beyond it), and scores CHUNK pairs at a time: below ~12,500 pairs every training pair is used
 MAX_TRAIN = 10_000
 CHUNK = 5_000
+PIECE = 2_000  # pairs whose feature differences are made at once
 
 
 class Features:
@@ -150,20 +154,24 @@ def out_of_fold(
             train = np.sort(np.random.default_rng(seed).choice(train, MAX_TRAIN, replace=False))
         tfidf = f.weights(train)  # fitted on the training answers only
 
-        def diff(idx, tfidf=tfidf):
-            pairs = zip(tfidf(f.chosen[idx]), tfidf(f.rejected[idx]), strict=True)
-            parts = [a - b for a, b in pairs]
-            return hstack([*parts, csr_matrix(cue_diff[idx])]).tocsr()
+        def diff(idx, tfidf=tfidf):  # a few thousand rows at a time: no whole copies
+            pieces = []
+            for start in range(0, len(idx), PIECE):
+                part = idx[start : start + PIECE]
+                pairs = zip(tfidf(f.chosen[part]), tfidf(f.rejected[part]), strict=True)
+                pieces.append(hstack([*(a - b for a, b in pairs), csr_matrix(cue_diff[part])]))
+            return pieces
 
         d = diff(train)
-        x = vstack([d, -d]).tocsr()  # both orders: chosen first (1) and second (0)
+        x = vstack([*d, *(-p for p in d)]).tocsr()  # both orders: chosen first (1), second (0)
         del d
         y = np.r_[np.ones(len(train)), np.zeros(len(train))]
         model = LogisticRegression(max_iter=2000, C=1.0, fit_intercept=False).fit(x, y)
         del x
         for start in range(0, len(test), CHUNK):  # scored a chunk at a time
             part = test[start : start + CHUNK]
-            for i, p in zip(part, model.predict_proba(diff(part))[:, 1], strict=True):
+            scored = model.predict_proba(vstack(diff(part)).tocsr())[:, 1]
+            for i, p in zip(part, scored, strict=True):
                 out[i] = float(p)
     return out
 
