@@ -450,3 +450,44 @@ def test_a_ten_megabyte_answer_is_left_out_with_a_warning_not_measured_in_gigaby
     assert "over 100,000 characters" in shown and rows[0]["id"] in shown
     peak_mib = int(done.stderr.split("peak-kib")[-1].split()[0]) / 1024
     assert peak_mib < 700, peak_mib
+
+
+def test_the_simulators_batch_api_accepts_content_parts_and_names_a_bad_line(sim_url, tmp_path):
+    """The batch path read `content` as a string only: a request whose messages carry text
+    parts (valid for the Batch API as for chat) made the batch fail; a line that is no chat
+    body is that line's error, naming what is wrong, and the other lines are answered."""
+    import json
+    import time
+
+    import openai
+
+    client = openai.OpenAI(base_url=sim_url, api_key="sk-test", max_retries=0)
+    parts = [{"type": "text", "text": "How do I start "}, {"type": "text", "text": "running?"}]
+    lines = [
+        {"custom_id": "parts", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": "prb-sim-1", "messages": [{"role": "user", "content": parts}]}},
+        {"custom_id": "broken", "method": "POST", "url": "/v1/chat/completions",
+         "body": {"model": "prb-sim-1", "messages": [{"role": "user", "content": 7}]}},
+    ]  # fmt: skip
+    path = tmp_path / "in.jsonl"
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    with open(path, "rb") as f:
+        uploaded = client.files.create(file=f, purpose="batch")
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h"
+    )
+    deadline = time.monotonic() + 60
+    while batch.status not in ("completed", "failed") and time.monotonic() < deadline:
+        time.sleep(0.2)
+        batch = client.batches.retrieve(batch.id)
+    assert batch.status == "completed", batch
+    out = {}
+    for file_id in (batch.output_file_id, batch.error_file_id):
+        if file_id:
+            for line in client.files.content(file_id).text.splitlines():
+                row = json.loads(line)
+                out[row["custom_id"]] = row
+    answer = out["parts"]["response"]["body"]["choices"][0]["message"]["content"]
+    assert isinstance(answer, str) and answer.strip()
+    assert out["broken"]["response"] is None
+    assert "messages[0]" in out["broken"]["error"]["message"]

@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 
 from pipeline.sim import FINGERPRINT
 from pipeline.sim.dispatch import respond, schema_of
+from pipeline.sim.messages import chat_problem
 
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
 
@@ -40,13 +41,15 @@ def answer_line(
 ) -> dict:
     """One Batch API output line for one input line."""
     custom_id = line.get("custom_id", "")
-    body = line.get("body") or {}
+    body, problem = chat_problem(line.get("body") or {})  # content parts become text
     if line.get("url") != "/v1/chat/completions" or body.get("model") not in models:
+        problem = "unknown url or model"
+    if problem:
         return {
             "id": f"batch_req_{custom_id}",
             "custom_id": custom_id,
             "response": None,
-            "error": {"code": "invalid_request", "message": "unknown url or model"},
+            "error": {"code": "invalid_request", "message": problem},
         }
     task = custom_id.split(":", 1)[0] if ":" in custom_id else None
     content = respond(
