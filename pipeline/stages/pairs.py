@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections import Counter
+from collections.abc import Mapping
 
 from pipeline.contrast import User, partners
 from pipeline.llm.prompts import load_prompt
@@ -84,20 +85,42 @@ def task_order(rubrics: Records) -> dict[str, int]:
     return order
 
 
-def swap_partners(rubrics: Records) -> dict[str, tuple[str, list[dict], list[dict]]]:
+def partner_of(rec: RubricRecord) -> tuple[str, list[dict], list[dict]]:
+    """What a swap takes from the partner's record: its persona id, aspects and profile."""
+    aspects = [a.model_dump() for a in rec.rubric_aspects]
+    return rec.task.persona.persona_id, aspects, [i.model_dump() for i in rec.task.profile]
+
+
+class SwapPartners(Mapping):
+    """task id -> (persona id, aspects, profile) of its swap partner, the partner's record read
+    back from the rubrics file by byte offset when asked: every partner's aspects and profile
+    held at once cost ~0.25 GiB at 50,000 users, and the memory stayed with the process."""
+
+    def __init__(self, file, at: dict[str, int]):
+        self.file, self.at = file, at  # task id -> the partner's record's offset
+
+    def __getitem__(self, task: str) -> tuple[str, list[dict], list[dict]]:
+        return partner_of(next(iter(self.file.read_at([self.at[task]]))))
+
+    def __iter__(self):
+        return iter(self.at)
+
+    def __len__(self) -> int:
+        return len(self.at)
+
+
+def swap_partners(rubrics: Records) -> Mapping[str, tuple[str, list[dict], list[dict]]]:
     """task id -> (persona id, aspects, profile) of its contrasting user: in mutual couples of
     the same category, most conflicting first (pipeline/contrast.py `partners`). A user of
     several questions stands for the couple with its first question's aspects, first in the
     questions stage's order: the same every run (it was the first to finish planning, so two
     builds of one config could swap in different answers)."""
-    users, seen = {}, {}
+    users, held = {}, {}
+    file = getattr(rubrics, "file", None)  # a plain list (tests): held in memory
     for rec in rubrics:
         p = rec.task.persona
-        seen[rec.task.task_id] = (
-            p.persona_id,
-            [a.model_dump() for a in rec.rubric_aspects],
-            [i.model_dump() for i in rec.task.profile],
-        )
+        if file is None:
+            held[rec.task.task_id] = partner_of(rec)
         users[rec.task.task_id] = User(
             key=p.persona_id,
             category=p.category,
@@ -107,7 +130,11 @@ def swap_partners(rubrics: Records) -> dict[str, tuple[str, list[dict], list[dic
         )
     order = task_order(rubrics)
     users = dict(sorted(users.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
-    return {task: seen[other.profile] for task, other in partners(users).items()}
+    found = partners(users)
+    if file is None:
+        return {task: held[other.profile] for task, other in found.items()}
+    offsets = rubrics.index()
+    return SwapPartners(file, {task: offsets[other.profile] for task, other in found.items()})
 
 
 async def run(ctx: RunContext, rubrics: Records) -> Records:
