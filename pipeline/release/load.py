@@ -5,15 +5,17 @@ Accepted, in the order tried:
 - a folder with a dataset card whose `configs:` list its data files: the official hub layout
   (one folder of Parquet per category config, several configs and no default) and prb's own
   releases (an `all` default config). With a default config that one is read; without one,
-  every config, each row tagged with its config when it has no `category`;
+  every config, each row tagged with its config when it has no `category`. Read file by
+  file with Arrow: a file with no rows, or a column only some files have, is a warning, not
+  a release `datasets` refuses whole;
 - a folder of `*/test-*.parquet` without a card (a prb release whose card was removed);
 - one JSONL, JSON (a list of rows) or Parquet file.
 
 Every row must have the public columns (`id, question, profile, rubric_aspects, narrative,
 category, chosen, rejected`); a missing column or an empty question is refused with one line
-naming the file and the row. Rows that cannot be measured (repeated, empty or identical answers)
-are left out with a warning in `info["warnings"]`, which audit, eval and compare show. `profile`
-may be a list of `{id?, text}` posts or one string.
+naming the file and the row. Rows that cannot be measured (repeated, empty or identical answers,
+or a text of a size no answer has) are left out with a warning in `info["warnings"]`, which
+audit, eval and compare show. `profile` may be a list of `{id?, text}` posts or one string.
 """
 
 from __future__ import annotations
