@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -27,23 +28,31 @@ HOLD = textwrap.dedent(
 )
 
 
-def test_a_second_run_on_a_locked_run_dir_refuses_naming_the_holder(tmp_path, sim_url):
-    config = write_config(tmp_path, sim_url, personas={"per_category": 2})
-    run_dir = tmp_path / "outputs" / "demo"
+@contextlib.contextmanager
+def holding(run_dir):
+    """Another process holding the run's lock (it has said so) until the block ends; killed,
+    so its lock is left stale."""
     holder = subprocess.Popen(
         [sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE, text=True
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_second_run_on_a_locked_run_dir_refuses_naming_the_holder(tmp_path, sim_url):
+    config = write_config(tmp_path, sim_url, personas={"per_category": 2})
+    run_dir = tmp_path / "outputs" / "demo"
+    with holding(run_dir) as holder:
         with pytest.raises(RunLockedError, match=rf"in use by another prb run \(pid {holder.pid} "):
             build(config)
         result = CliRunner().invoke(app, ["build", "--config", str(config)])
         assert result.exit_code == 3
         assert f"pid {holder.pid} on" in result.output and "started 20" in result.output
         assert not (run_dir / "rubrics.jsonl").exists()  # the refused run touched nothing
-    finally:
-        holder.kill()
-        holder.wait()
     # the holder died without releasing: its lock is stale and the next run takes it over
     assert json.loads((run_dir / "run.lock.json").read_text())["pid"] == holder.pid
     result = build(config)

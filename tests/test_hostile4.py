@@ -250,15 +250,10 @@ def test_a_second_build_of_a_run_being_built_is_refused_before_prefect_starts(tm
     import time
 
     from conftest import write_config
-    from test_crash_lock import HOLD
+    from test_crash_lock import holding
 
     config = write_config(tmp_path, sim_url, personas={"per_category": 2})
-    run_dir = tmp_path / "outputs" / "demo"
-    holder = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE, text=True
-    )
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with holding(tmp_path / "outputs" / "demo") as holder:
         started = time.monotonic()
         env = prefect_env()
         env.pop("PREFECT_API_URL", None)  # prb would start its own Prefect server: seconds
@@ -270,9 +265,6 @@ def test_a_second_build_of_a_run_being_built_is_refused_before_prefect_starts(tm
             env=env,
         )
         took = time.monotonic() - started
-    finally:
-        holder.kill()
-        holder.wait()
     assert done.returncode == 3 and f"pid {holder.pid}" in done.stderr, done.stderr[-300:]
     assert "prefect" not in done.stderr.lower()  # refused before Prefect's server started
     assert took < 12, took
