@@ -32,7 +32,7 @@ from pipeline.release.schema import PARQUET_GLOB, PUBLIC
 
 # a text longer than this is no answer a benchmark asks for, and measuring it costs memory out
 # of all proportion (a 10 MB answer: 1.7 GB in the char n-gram probe): such pairs are left out
-MAX_TEXT_CHARS = {"chosen": 100_000, "rejected": 100_000, "question": 100_000}
+MAX_TEXT_CHARS = 100_000  # a question or an answer
 MAX_PROFILE_CHARS = 2_000_000
 
 
@@ -138,10 +138,10 @@ def _card_files(folder: Path, listed: list) -> tuple[list[dict], list[str], list
 def _split_files(folder: Path, data_files) -> list[Path]:
     """The files of a config's `test` split (else its first) under `folder`, in order. The
     card's `data_files` is a pattern, a list of patterns, or a list of {split, path}."""
-    if isinstance(data_files, str | list) and all(
-        isinstance(x, str) for x in ([data_files] if isinstance(data_files, str) else data_files)
-    ):
-        patterns = [data_files] if isinstance(data_files, str) else data_files
+    if isinstance(data_files, str):
+        patterns = [data_files]
+    elif isinstance(data_files, list) and all(isinstance(x, str) for x in data_files):
+        patterns = data_files
     elif isinstance(data_files, list):
         splits = [d for d in data_files if isinstance(d, dict) and d.get("path")]
         pick = next((d for d in splits if d.get("split") == "test"), splits[0] if splits else {})
@@ -267,7 +267,7 @@ def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
         elif answers[0].strip() == answers[1].strip():
             identical.append(str(row["id"]))
         elif (
-            any(isinstance(row[k], str) and len(row[k]) > n for k, n in MAX_TEXT_CHARS.items())
+            any(len(row[k]) > MAX_TEXT_CHARS for k in ("question", "chosen", "rejected"))
             or len(profile_text(row)) > MAX_PROFILE_CHARS
         ):
             huge.append(str(row["id"]))
@@ -283,7 +283,7 @@ def _checked(rows: list[dict], where) -> tuple[list[dict], list[str]]:
             (identical, "pairs have chosen identical to rejected (left out)"),
             (
                 huge,
-                f"pairs have a question or an answer over {MAX_TEXT_CHARS['chosen']:,} "
+                f"pairs have a question or an answer over {MAX_TEXT_CHARS:,} "
                 f"characters or a profile over {MAX_PROFILE_CHARS:,} (left out)",
             ),
         )
