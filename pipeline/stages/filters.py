@@ -33,16 +33,18 @@ def calls_of(check, pair: Pair, shared: dict) -> list:
     return check.calls(pair, shared[check.name]) if check.prepare else check.calls(pair)
 
 
-async def qualification(ctx: RunContext, pairs: Records) -> dict | None:
+async def qualification(ctx: RunContext, pairs: Records, shared: dict | None = None) -> dict | None:
     """The judge answers a calibration set made of answers above the model-free floor, before
     any judge check: a judge that cannot tell a sound answer from a broken one stops the build
-    here (pipeline/qualification.py). Once per run: a sharded run asks it before its shards."""
+    here (pipeline/qualification.py). Once per run: a sharded run asks it before its shards.
+    `shared`: the checks' run-level `prepare`s when the caller has made them already."""
     cfg = ctx.cfg.filters
     on = [c for c in CHECKS if c.enabled(cfg)]
     if not any(c.cost for c in on):
         return None
     floor = [c for c in on if c.floor]
-    shared = {c.name: c.prepare(pairs, cfg) for c in floor if c.prepare}
+    if shared is None:
+        shared = {c.name: c.prepare(pairs, cfg) for c in floor if c.prepare}
 
     def above_floor(pair: Pair) -> bool:
         found = zip(floor, (c.measure(pair, {}, shared.get(c.name)) for c in floor), strict=True)
@@ -66,7 +68,7 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
         with timed(ctx.seconds, f"filters: {c.name} (run-level)"):
             shared[c.name] = c.prepare(pairs, cfg)
     with timed(ctx.seconds, "filters: qualification"):
-        qualified = None if ctx.shard else await qualification(ctx, pairs)
+        qualified = None if ctx.shard else await qualification(ctx, pairs, shared)
     # filters.judges qualified: no verdict of a judge that did not qualify
     weak = cfg.judges == "qualified" and not (read_qualification(ctx.run_dir) or {}).get("passed")
     unjudged = [c.name for c in on if c.cost] if weak else []
