@@ -8,7 +8,7 @@ Synthetic personas are library personas with new ids (profile item ids renamed t
 rotated profile order, so every one is valid and distinct. The model stages run as real
 `prb build` processes at the given sizes; when the largest is below N, peak RSS at N is
 extrapolated linearly from the smallest and largest (and said to be one). Each figure is the
-measured process's own VmHWM, read at its exit (see `vm_hwm_gib`).
+measured process's own VmHWM, read at its exit (`pipeline.run.meter.peak_rss_gib`).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ def no_model_stages(library: str, per_category: int, out: str) -> None:
     import asyncio
 
     from pipeline.config import load_config
+    from pipeline.run.meter import peak_rss_gib
     from pipeline.stages import RunContext, stage
 
     cfg = load_config(
@@ -69,7 +70,7 @@ def no_model_stages(library: str, per_category: int, out: str) -> None:
     t1 = time.monotonic()
     n_tasks = len(asyncio.run(stage("questions").run(ctx, personas)))
     t2 = time.monotonic()
-    peak = vm_hwm_gib()
+    peak = peak_rss_gib()
     print(
         json.dumps(
             {
@@ -83,22 +84,12 @@ def no_model_stages(library: str, per_category: int, out: str) -> None:
     )
 
 
-def vm_hwm_gib() -> float:
-    """This process's peak RSS since its exec (VmHWM). Not ru_maxrss: on Linux that carries
-    over the spawning parent's peak through fork/exec, so a child would report at least the
-    benchmark process's own size."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024**2
-    raise RuntimeError("no VmHWM in /proc/self/status")
-
-
 # runs `python -m <module> <args>` and writes its VmHWM to PRB_BENCH_PEAK_FILE at exit
 PEAK_WRAPPER = """
 import atexit, os, runpy, sys
-sys.path.insert(0, "bench")
-from scale import vm_hwm_gib
-atexit.register(lambda: open(os.environ["PRB_BENCH_PEAK_FILE"], "w").write(repr(vm_hwm_gib())))
+sys.path.insert(0, "bench")  # the no-model child runs this very script as `scale`
+from pipeline.run.meter import peak_rss_gib
+atexit.register(lambda: open(os.environ["PRB_BENCH_PEAK_FILE"], "w").write(repr(peak_rss_gib())))
 sys.argv = sys.argv[1:]
 runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
 """

@@ -13,7 +13,9 @@ _STATUS = Path("/proc/self/status")
 
 
 def peak_rss_gib() -> float | None:
-    """This process's peak resident memory since the last reset, in GiB; None off Linux."""
+    """This process's peak resident memory since the last reset (or its exec), in GiB; None
+    off Linux. Not ru_maxrss: on Linux that carries the spawning parent's peak over through
+    fork/exec, so a child would report at least its parent's size."""
     try:
         for line in _STATUS.read_text().splitlines():
             if line.startswith("VmHWM:"):
