@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import re
+import sys
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -68,6 +69,14 @@ class PortInUse(PrbError):
 
 class Terminated(BaseException):
     """SIGTERM: raised in the main thread so every `finally` runs before prb exits 143."""
+
+
+def is_termination(e: BaseException | None) -> bool:
+    """SIGTERM as prb raises it (Terminated) or as Prefect does, if Prefect is loaded at all."""
+    exceptions = sys.modules.get("prefect.exceptions")
+    return isinstance(e, Terminated) or (
+        exceptions is not None and isinstance(e, exceptions.TerminationSignal)
+    )
 
 
 DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import resource
 import shutil
@@ -425,6 +426,36 @@ def test_progress_line_counts_what_the_stage_did():
     assert "retries RateLimitError 3" in line and "dropped planner_bad_request 1" in line
     assert "1,000 tokens" in line and "ETA" in line
     assert progress._active is None  # gone with the display: nothing else sees it
+
+
+def test_a_stop_caught_by_a_socket_transport_is_not_logged(caplog):
+    """SIGTERM landing while the loop is inside an LLM client's socket read: asyncio's transport
+    catches the exception and logs "Fatal read error on socket transport" with a traceback (11
+    lines on stderr beside prb's one; the interrupted-demo test below failed on it at random).
+    With prb's signal handlers, that record is dropped; other transport errors still show."""
+    from pipeline.errors import Terminated
+    from pipeline.run.command import exit_on_sigterm
+
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    asyncio_log = logging.getLogger("asyncio")
+    filters = list(asyncio_log.filters)
+    try:
+        exit_on_sigterm()
+        loop = asyncio.new_event_loop()
+        with caplog.at_level(logging.ERROR, logger="asyncio"):
+            for stop in (Terminated(), KeyboardInterrupt()):
+                # what asyncio's transport does with an exception its read raised (_fatal_error)
+                loop.call_exception_handler(
+                    {"message": "Fatal read error on socket transport", "exception": stop}
+                )
+            assert caplog.records == []
+            loop.call_exception_handler({"message": "Fatal read", "exception": ValueError("x")})
+            assert [r.message for r in caplog.records] == ["Fatal read"]
+        loop.close()
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        asyncio_log.filters[:] = filters
 
 
 def test_an_interrupted_demo_says_to_run_the_demo_again(tmp_path):

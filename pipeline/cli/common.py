@@ -40,7 +40,7 @@ def guarded(fn):
         # nothing heavy here: a bad option must fail in a blink, not after importing Prefect
         from typer.exceptions import TyperException
 
-        from pipeline.errors import DiskFullError, PrbError, Terminated, is_disk_full
+        from pipeline.errors import DiskFullError, PrbError, is_disk_full, is_termination
 
         try:
             return fn(*args, **kwargs)
@@ -49,7 +49,7 @@ def guarded(fn):
         except (typer.Exit, typer.Abort, TyperException):  # typer's own exits and usage errors
             raise
         except BaseException as e:
-            if isinstance(e, Terminated) or prefect_termination(e):
+            if is_termination(e):
                 raise fail("terminated; nothing finished is lost", 143) from None
             if isinstance(e, SystemExit | GeneratorExit):
                 raise
@@ -82,14 +82,6 @@ def internal_error(e: BaseException) -> typer.Exit:
         f"with the traceback in {path}",
         70,
     )
-
-
-def prefect_termination(e: BaseException) -> bool:
-    """Prefect's own SIGTERM exception, if Prefect is loaded at all."""
-    import sys
-
-    exceptions = sys.modules.get("prefect.exceptions")
-    return exceptions is not None and isinstance(e, exceptions.TerminationSignal)
 
 
 def judge_config(stack, config: Path | None, sim: bool, base_url: str | None, **changes):

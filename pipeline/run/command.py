@@ -5,6 +5,7 @@ SIGTERM), it raises Stopped, saying how to resume (exit 130 or 143)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 from pathlib import Path
 
@@ -28,6 +29,17 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, terminate)
     # and Ctrl-C / kill -INT, even when started from a script that ignores SIGINT (`cmd &`)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    logging.getLogger("asyncio").addFilter(_not_a_stop)
+
+
+def _not_a_stop(record: logging.LogRecord) -> bool:
+    """A signal landing inside a socket read is caught by asyncio's transport ("Fatal read
+    error on socket transport") and logged with its traceback before the stop reaches prb,
+    which then says its one line: the log record is noise."""
+    from pipeline.errors import is_termination
+
+    e = record.exc_info[1] if record.exc_info else None
+    return not (isinstance(e, KeyboardInterrupt) or is_termination(e))
 
 
 def run_build(
