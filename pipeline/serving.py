@@ -76,10 +76,12 @@ class Drain:
     async def __call__(self, scope, receive, send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        started = False
+        started = closed = False
 
         async def tracked(message) -> None:
             nonlocal started
+            if closed:  # answered 503 already: what the app says later goes nowhere
+                return
             started = started or message["type"] == "http.response.start"
             await send(message)
 
@@ -87,19 +89,23 @@ class Drain:
         stop = asyncio.ensure_future(self.stop.wait())
         try:
             await asyncio.wait({inner, stop}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            inner.cancel()
+            raise
         finally:
             stop.cancel()
-            if not inner.done():
-                inner.cancel()
-                with contextlib.suppress(BaseException):  # its own end is no one's business
-                    await inner
-        if not inner.cancelled():
+        if inner.done():
             return inner.result()  # the app's answer, or its exception, as without us
+        inner.cancel()
         if not started:
+            # answer first: work in a thread (llama.cpp's generation) ends only when it ends
+            closed = True
             self.answered += 1
             headers = [(b"content-type", b"application/json"), (b"retry-after", b"5")]
             await send({"type": "http.response.start", "status": 503, "headers": headers})
             await send({"type": "http.response.body", "body": self.BODY.encode()})
+        with contextlib.suppress(BaseException):  # its own end is no one's business
+            await inner
 
 
 def serve(app, host: str, port: int, announce: Callable[[], None] | None = None) -> None:

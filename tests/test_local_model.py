@@ -213,7 +213,9 @@ def test_the_local_demo_releases_nothing_degenerate(served, tmp_path):
 
 def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():
     """`prb local-model serve` used to leave llama.cpp's server running when prb got SIGTERM
-    (subprocess.call forwards nothing); a port in use is refused before anything loads."""
+    (subprocess.call forwards nothing); a port in use is refused before anything loads. The
+    generation still running at the end of the grace is answered 503 with Retry-After (it was
+    a dropped connection: llama_cpp.server's own entry point has no drain), one line said."""
     import signal
     import socket
     import threading
@@ -257,18 +259,31 @@ def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():
             "messages": [{"role": "user", "content": "Write a very long story."}],
         }
 
-        def ask() -> None:
-            with contextlib.suppress(httpx.HTTPError):
-                httpx.post(f"{base}/chat/completions", json=body, timeout=120)
+        answers: list = []
 
-        threading.Thread(target=ask, daemon=True).start()
+        def ask() -> None:
+            try:
+                answers.append(httpx.post(f"{base}/chat/completions", json=body, timeout=120))
+            except httpx.HTTPError as e:
+                answers.append(e)
+
+        asking = threading.Thread(target=ask, daemon=True)
+        asking.start()
         time.sleep(1.5)
         stopped = time.monotonic()
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        _, err = proc.communicate(timeout=30)
         assert time.monotonic() - stopped < 5
         assert proc.returncode == 143
+        asking.join(timeout=10)
+        (answer,) = answers
+        assert isinstance(answer, httpx.Response), answer
+        assert answer.status_code == 503 and answer.headers["retry-after"], answer.text
+        assert err.strip().splitlines() == [
+            "stopped: 1 request(s) still running were answered 503 (Retry-After)"
+        ], err
         time.sleep(0.5)
+        assert not [c for c in _cmdlines() if "local_server" in c and str(port) in c]
         assert not [c for c in _cmdlines() if "llama_cpp.server" in c and str(port) in c]
     finally:
         if proc.poll() is None:

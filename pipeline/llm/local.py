@@ -210,7 +210,7 @@ def command(
     return [
         sys.executable,
         "-m",
-        "llama_cpp.server",
+        "pipeline.llm.local_server",  # llama_cpp.server with prb's drain at shutdown
         "--model",
         str(path),
         "--host",
