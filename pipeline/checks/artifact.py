@@ -36,11 +36,14 @@ class Result(Record):
     rewritten_probability: float | None = None
 
 
-def row(pair) -> dict:
+def row(pair, texts: dict[str, str] | None = None) -> dict:
+    """The classifier's row of a pair; with `texts`, each answer text held once however many
+    pairs use it (persona_swap uses each twice: chosen for its user, rejected for another)."""
+    once = (lambda t: t) if texts is None else (lambda t: texts.setdefault(t, t))
     return {
         "id": pair.pair_id,
-        "chosen": pair.chosen,
-        "rejected": pair.rejected,
+        "chosen": once(pair.chosen),
+        "rejected": once(pair.rejected),
         "user": pair.task.persona.persona_id,
         "rejected_for": pair.rejected_for,
     }
@@ -85,7 +88,9 @@ def aflite(rows: list[dict], cfg, *, max_drop: float, every: bool = False) -> li
 
 def prepare(pairs, cfg) -> dict[str, Result]:
     """AFLite over all the run's pairs: pair id -> its result."""
-    rows = [row(p) for p in pairs]  # one pass over the stage file: texts and ids only
+    texts: dict[str, str] = {}
+    rows = [row(p, texts) for p in pairs]  # one pass over the stage file: texts and ids only
+    del texts
     if not cfg.artifact_gate or len(rows) < cfg.artifact_min_pairs:
         return {r["id"]: Result() for r in rows}
     found = aflite(rows, cfg, max_drop=cfg.artifact_max_drop)

@@ -20,7 +20,7 @@ from pipeline.errors import PrbError, StorageError
 from pipeline.llm.cache import ResponseCache
 from pipeline.llm.client import LLM
 from pipeline.release.manifest import write_funnel
-from pipeline.run.meter import peak_rss_gib, reset_peak
+from pipeline.run.meter import give_back_freed_arrays, peak_rss_gib, reset_peak
 from pipeline.run.rundir import open_run
 from pipeline.stages import STAGES, RunContext, Stage
 from pipeline.store import atomic_write
@@ -76,6 +76,7 @@ async def build(
     ctx = RunContext(cfg, run_dir, llm, cache_, shards=shards, stages=STAGES)
     failed = False
     spent: dict[str, dict] = {}  # stage -> its wall time and peak memory
+    give_back_freed_arrays()
     try:
         # stages hand each other Records (a stage file read from disk on demand), never lists:
         # every record carries its persona, so holding a stage in memory grows with the run

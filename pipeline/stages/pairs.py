@@ -276,9 +276,9 @@ async def rewrite_artifacts(ctx: RunContext, rubrics: Records, partners: dict, r
 
     gate = ctx.cfg.filters
     pairs = STAGE.outputs(ctx.run_dir, rubrics)
-    rows, done = [], Counter()
+    rows, done, texts = [], Counter(), {}
     for p in pairs:  # texts and ids only, never whole pairs
-        rows.append(row(first_written(p)))
+        rows.append(row(first_written(p), texts))
         if p.rewritten is not None:
             done[p.rewritten.strategy] += 1
     if len(rows) >= gate.artifact_min_pairs:

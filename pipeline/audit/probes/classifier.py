@@ -14,12 +14,16 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pipeline.audit.probes.base import Probe, ProbeSpec, cues
 from pipeline.stats import THRESHOLD, wilson
 from pipeline.text import normalise
+
+if TYPE_CHECKING:
+    from scipy.sparse import csr_matrix
 
 NAME = "answer-only classifier"
 ABOUT = (
@@ -125,6 +129,30 @@ class Features:
         return rows
 
 
+def both_orders(pieces: list) -> csr_matrix:
+    """The rows of `pieces` and then their negations, as one CSR matrix: what vstack([*pieces,
+    *(-p for p in pieces)]) makes, array for array, but filled in place, each piece freed once
+    copied, so the training matrix costs itself (at 50,000 pairs of simulated text, 0.55 GiB),
+    not itself plus the pieces and their negated copies."""
+    from scipy.sparse import csr_matrix
+
+    nnz, rows = sum(p.nnz for p in pieces), sum(p.shape[0] for p in pieces)
+    cols = pieces[0].shape[1]
+    kind = np.int32 if 2 * max(nnz, rows) < np.iinfo(np.int32).max else np.int64
+    data, indices = np.empty(2 * nnz), np.empty(2 * nnz, kind)
+    indptr = np.zeros(2 * rows + 1, kind)
+    at = row = 0
+    while pieces:
+        p = pieces.pop(0).tocsr()
+        data[at : at + p.nnz], indices[at : at + p.nnz] = p.data, p.indices
+        indptr[row + 1 : row + p.shape[0] + 1] = p.indptr[1:] + at
+        at, row = at + p.nnz, row + p.shape[0]
+    np.negative(data[:nnz], out=data[nnz:])
+    indices[nnz:] = indices[:nnz]
+    indptr[rows + 1 :] = indptr[1 : rows + 1] + nnz
+    return csr_matrix((data, indices, indptr), shape=(2 * rows, cols))
+
+
 def out_of_fold(
     rows: list[dict],
     user: Callable[[dict], str],
@@ -162,9 +190,7 @@ def out_of_fold(
                 pieces.append(hstack([*(a - b for a, b in pairs), csr_matrix(cue_diff[part])]))
             return pieces
 
-        d = diff(train)
-        x = vstack([*d, *(-p for p in d)]).tocsr()  # both orders: chosen first (1), second (0)
-        del d
+        x = both_orders(diff(train))  # chosen first (1), then second (0)
         y = np.r_[np.ones(len(train)), np.zeros(len(train))]
         model = LogisticRegression(max_iter=2000, C=1.0, fit_intercept=False).fit(x, y)
         del x
