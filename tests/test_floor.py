@@ -5,6 +5,7 @@ costs no judge call."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from conftest import build, write_config
@@ -199,8 +200,43 @@ def test_the_language_reading_is_langids_own_only_cheaper():
     ]
     text_sanity.language.cache_clear()
     for text in texts:
+        assert (text_sanity._identifier().instance2fv(text) == stock.instance2fv(text)).all()
         code, p = text_sanity.language(text, 1)
         want, want_p = stock.classify(text)
         assert (code, p) == (want, round(float(want_p), 4)), text
     assert {text_sanity.language(t, 1)[0] for t in texts[-3:]} == {"fr", "de", "es"}
     assert text_sanity.language.cache_info().hits >= 3  # read once, answered from memory after
+
+
+def test_the_floor_words_and_mojibake_readings_are_the_libraries_own_only_cheaper():
+    """Issue 39: off_question splits an answer into stems itself (bm25s.tokenize built three
+    disabled progress bars per answer, 40% of the check's time) and text_sanity skips ftfy's
+    mojibake search on pure-ASCII text (every pattern of it needs a character beyond ASCII);
+    both give exactly what the libraries give."""
+    import itertools
+
+    import ftfy
+    from ftfy.badness import BADNESS_RE, MOJIBAKE_CATEGORIES
+
+    texts = [r[k] for r in controlled() for k in ("chosen", "rejected", "question")]
+    texts += [
+        "The painter's PAINTINGS: she paints, painted and will paint again; it's the 2nd time!",
+        "Naïve café-goers — über-fans — don’t mind “quotes”; â€™ is mojibake, ÃƒÂ© too.",
+        "a I of the and",
+        "",
+        "x_y snake_case 42 foo2bar   tabs\tand\nlines",
+    ]
+    for text in texts:
+        want = off_question.tokenize(text, return_ids=False)[0]
+        assert off_question.words(text) == [w for w in want if w], text
+        assert text_sanity.side(text).encoding == ("\ufffd" in text or ftfy.is_bad(text)), text
+    assert text_sanity.side(texts[-4]).encoding  # the mojibake one
+    ascii_chars = [chr(i) for i in range(128)]
+    for pattern in MOJIBAKE_CATEGORIES.values():  # no class of the heuristic admits ASCII
+        assert not [c for c in ascii_chars if re.match(f"[{pattern}]", c)]
+    for n in (1, 2, 3):  # nor does any of its patterns up to three characters
+        assert not [
+            s
+            for s in map("".join, itertools.product(ascii_chars, repeat=n))
+            if BADNESS_RE.search(s)
+        ]

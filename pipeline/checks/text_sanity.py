@@ -77,6 +77,7 @@ class Result(Record):
 def _identifier():
     import numpy as np
     from langid.langid import LanguageIdentifier, model
+    from scipy.sparse import csr_matrix
 
     class Sparse(LanguageIdentifier):
         """langid's classifier, reading only the weights of the features a text has: a text
@@ -89,8 +90,26 @@ def _identifier():
             present = np.flatnonzero(fv)
             return fv[present].astype(np.float64) @ self.nb_ptc[present] + self.nb_pc
 
+        def instance2fv(self, text):
+            """langid's feature counts: its automaton walked byte by byte as langid does (a
+            list, not an array, to index), the states counted by numpy and mapped to their
+            features by one sparse product, not a dict of lists per state. The same counts."""
+            state, seen = 0, []
+            nextmove, append = self.nextmove, seen.append
+            for letter in text.encode("utf8") if isinstance(text, str) else text:
+                state = nextmove[(state << 8) + letter]
+                append(state)
+            counts = np.bincount(np.asarray(seen, dtype=np.int64), minlength=self.emits.shape[0])
+            return (self.emits.T @ counts).astype(np.uint32)
+
     found = Sparse.from_modelstring(model, norm_probs=True)
     found.nb_ptc = found.nb_ptc.astype(np.float64)
+    found.nextmove = list(found.tk_nextmove)
+    emits = [(state, i) for state, out in found.tk_output.items() for i in out]
+    found.emits = csr_matrix(  # state -> the features it counts (a repeat counts twice)
+        (np.ones(len(emits), np.int64), tuple(zip(*emits, strict=True))),
+        shape=(len(found.nextmove) >> 8, found.nb_numfeats),
+    )
     return found
 
 
@@ -108,7 +127,8 @@ def side(text: str) -> Side:
     found = RESIDUE.search(text)
     code, p = language(text)
     return Side(
-        encoding="\ufffd" in text or ftfy.is_bad(text),
+        # every pattern of ftfy's mojibake heuristic needs a character beyond ASCII
+        encoding="\ufffd" in text or (not text.isascii() and ftfy.is_bad(text)),
         residue=found.group(0) if found else None,
         language=code,
         language_p=p,
