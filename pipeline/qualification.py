@@ -32,7 +32,7 @@ from pipeline.errors import PrbError
 from pipeline.llm.prompts import load_prompt
 from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.stats import wilson
-from pipeline.store import atomic_write
+from pipeline.store import Records, atomic_write
 
 FILE = "qualification.json"
 TASK = "judge_blind"
@@ -66,12 +66,19 @@ def degenerate(text: str) -> str:
     return "\n".join([first] * 6)
 
 
+def pair_id(pair) -> str:
+    return pair.pair_id
+
+
 def items(pairs, n: int, sound=lambda _: True) -> list[dict]:
     """Up to n sound answers (chosen answers of distinct questions, by pair id, so a resumed
     run asks the same; of pairs `sound` accepts: above the model-free floor) with their
     corrupted copies: one item per (answer, corruption)."""
     picked: dict[str, tuple[str, str]] = {}  # question -> (pair id, chosen)
-    for p in sorted(pairs, key=lambda p: p.pair_id):
+    by_id = (
+        pairs.sorted_by(pair_id) if isinstance(pairs, Records) else iter(sorted(pairs, key=pair_id))
+    )
+    for p in by_id:
         if p.task.question not in picked and p.chosen.strip() and sound(p):
             picked[p.task.question] = (p.pair_id, p.chosen)
         if len(picked) > n:  # one more: the last answer's off-question partner

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli import app
 from pipeline.errors import NothingReleased
-from pipeline.qualification import FILE, degenerate, rates, shuffled, truncated
+from pipeline.qualification import FILE, degenerate, items, rates, shuffled, truncated
 from pipeline.release.card import qualification_md
 
 
@@ -159,3 +159,33 @@ def test_judges_qualified_runs_the_judges_of_a_judge_that_qualified(tmp_path, si
     )
     found = json.loads((Path(result["run_dir"]) / FILE).read_text())
     assert found["passed"] and "judges_skipped" not in found
+
+
+def test_the_calibration_answers_are_chosen_without_holding_the_runs_pairs(tmp_path, sim_url):
+    """Issue 39: choosing the calibration answers sorted every pair of the run by id in memory
+    (at 50,001 personas 0.85 GiB: the filters stage's peak). Now ids and offsets are sorted
+    and the pairs read back one at a time; the same answers are picked."""
+    import tracemalloc
+
+    from pipeline.stages import stage
+    from pipeline.store import Records
+
+    result = build(write_config(tmp_path, sim_url))
+    run_dir = Path(result["release_dir"]).parent
+    pairs = stage("pairs")
+    path = pairs.file(run_dir).path
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    pad = " and so on" * 20_000  # 200 KB a pair, where no calibration item copies it
+    path.write_text(
+        "".join(json.dumps({**r, "rejected": r["rejected"] + pad}) + "\n" for r in rows)
+    )
+    records = Records(pairs.file(run_dir), pairs.output_id)
+    assert len(records) >= 20
+    tracemalloc.start()
+    try:
+        picked = items(records, 2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert picked and picked == items(list(records), 2)
+    assert peak < 5 * len(pad), peak  # a few pairs at a time, not all of them
