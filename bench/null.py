@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from pipeline.audit import probes
+from pipeline import probes
 from pipeline.audit.null import null_test
 from pipeline.release.load import load_rows
 

@@ -8,7 +8,7 @@ Synthetic personas are library personas with new ids (profile item ids renamed t
 rotated profile order, so every one is valid and distinct. The model stages run as real
 `prb build` processes at the given sizes; when the largest is below N, peak RSS at N is
 extrapolated linearly from the smallest and largest (and said to be one). Each figure is the
-measured process's own VmHWM, read at its exit (`pipeline.run.meter.peak_rss_gib`).
+measured process's own VmHWM, read at its exit (`pipeline.meter.peak_rss_gib`).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def no_model_stages(library: str, per_category: int, out: str) -> None:
     import asyncio
 
     from pipeline.config import load_config
-    from pipeline.run.meter import peak_rss_gib
+    from pipeline.meter import peak_rss_gib
     from pipeline.stages import RunContext, stage
 
     cfg = load_config(
@@ -88,7 +88,7 @@ def no_model_stages(library: str, per_category: int, out: str) -> None:
 PEAK_WRAPPER = """
 import atexit, os, runpy, sys
 sys.path.insert(0, "bench")  # the no-model child runs this very script as `scale`
-from pipeline.run.meter import peak_rss_gib
+from pipeline.meter import peak_rss_gib
 atexit.register(lambda: open(os.environ["PRB_BENCH_PEAK_FILE"], "w").write(repr(peak_rss_gib())))
 sys.argv = sys.argv[1:]
 runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)

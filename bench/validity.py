@@ -51,7 +51,7 @@ def build(folder: Path, url: str, gate: bool, strategies: list[str] | None) -> d
 
 
 def measure(result: dict) -> dict:
-    from pipeline.audit import probes
+    from pipeline import probes
     from pipeline.audit.report import judge_probes
     from pipeline.config import load_config
     from pipeline.release.load import load_rows

@@ -28,9 +28,9 @@ import json
 import re
 from pathlib import Path
 
+from pipeline.calls import LLMError, PermanentLLMError
 from pipeline.errors import PrbError
 from pipeline.llm.prompts import load_prompt
-from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.stats import wilson
 from pipeline.store import Records, atomic_write
 

@@ -11,10 +11,10 @@ import pytest
 from conftest import build, write_config
 from test_faults import QUESTIONS, ask_all, live_sim, sim  # noqa: F401  (fixtures)
 
+from pipeline.calls import Request
 from pipeline.llm import LLMError, PermanentLLMError
 from pipeline.llm.backends import BACKENDS
 from pipeline.llm.backends.anthropic import body, limit_headers
-from pipeline.llm.types import Request
 
 
 def test_a_json_task_goes_out_as_a_messages_body_with_its_schema():

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import build, write_config
 
+from pipeline import cost
 from pipeline.config import CostConfig, load_config
-from pipeline.llm import cost
 from pipeline.llm.cache import ResponseCache
 from pipeline.stages import STAGES
 from pipeline.stages.base import roles

@@ -527,8 +527,8 @@ def test_the_audit_and_eval_judges_follow_one_window_rule(tmp_path, sim_factory)
     none; a judge prompt whose question and answer alone are over it is refused and counted
     without a request; a resumed call the cache answers needs no endpoint."""
     from pipeline.audit import judge_probes
+    from pipeline.calls import LLMError
     from pipeline.llm.prompts import load_prompt
-    from pipeline.llm.types import LLMError
 
     url = sim_factory(context_limit=600)
     filler = "I write long posts about my week, my garden and the weather here. " * 4

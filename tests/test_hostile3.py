@@ -165,7 +165,7 @@ def _write(path: Path, rows: list[dict]) -> Path:
 
 
 def test_duplicates_identical_answers_and_too_few_pairs_are_reported_not_counted(tmp_path):
-    from pipeline.audit import probes
+    from pipeline import probes
     from pipeline.release.load import ReleaseError, load_rows
 
     rows = controlled(couples=20)  # 120 pairs

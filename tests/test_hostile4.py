@@ -394,7 +394,7 @@ def test_a_parquet_release_with_an_all_null_column_reads_none_not_nan(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from pipeline.audit import probes
+    from pipeline import probes
     from pipeline.release.load import load_rows
 
     rows = [{**r, "rejected_for": None} for r in controlled()]
@@ -410,7 +410,7 @@ def test_a_parquet_release_with_an_all_null_column_reads_none_not_nan(tmp_path):
 
 PEAK = """
 import atexit, runpy, sys
-from pipeline.run.meter import peak_rss_gib
+from pipeline.meter import peak_rss_gib
 atexit.register(lambda: sys.stderr.write(f"\\npeak-gib {peak_rss_gib()}\\n"))
 sys.argv = ["prb", *sys.argv[1:]]
 runpy.run_module("pipeline.cli", run_name="__main__")

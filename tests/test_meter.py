@@ -1,4 +1,4 @@
-"""What a build spends (pipeline/run/meter.py)."""
+"""What a build spends (pipeline/meter.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from conftest import REPO
 HEAP = """
 import sys
 import numpy as np
-from pipeline.run.meter import give_back_freed_arrays
+from pipeline.meter import give_back_freed_arrays
 def rss_mib():
     status = open("/proc/self/status").read().splitlines()
     return next(int(x.split()[1]) for x in status if x.startswith("VmRSS")) / 1024

@@ -34,7 +34,7 @@ questions = "prb_plugin_demo:PROBE"
 """
 MODULE = '''"""A reward model and a probe from outside prb."""
 
-from pipeline.audit.probes.base import ProbeSpec, more_wins, rule
+from pipeline.probes.base import ProbeSpec, more_wins, rule
 from pipeline.eval.models import Kind
 from pipeline.eval.rewards import RewardModel
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from public_releases import controlled, leaky, write_hub_layout
 
-from pipeline.audit import probes
+from pipeline import probes
 from pipeline.release.load import ReleaseError, load_rows
 
 
@@ -86,8 +86,8 @@ def reference_out_of_fold(rows: list[dict], seed: int) -> list[float]:
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import GroupKFold
 
-    from pipeline.audit.probes.base import cues
-    from pipeline.audit.probes.classifier import groups
+    from pipeline.crossfit import groups
+    from pipeline.cues import cues
 
     g = groups(rows, lambda r: r["user"])
     chosen, rejected = [r["chosen"] for r in rows], [r["rejected"] for r in rows]
@@ -122,7 +122,7 @@ def test_the_classifier_computes_its_features_once_and_decides_as_if_fitted_per_
     """Issue 39: the gate's features are counted once per run and every fold and AFLite round
     reuses them; the probabilities equal the per-fold vectorisers' (a swapped answer's text
     appears twice, as one user's chosen and another's rejected: counted twice, as before)."""
-    from pipeline.audit.probes.classifier import Features, out_of_fold
+    from pipeline.crossfit import Features, out_of_fold
 
     rows = [{**r, "user": r["id"].split("-")[0]} for r in leaky() + controlled()]
     # shared texts, as persona_swap writes them
@@ -142,7 +142,7 @@ def test_the_classifier_computes_its_features_once_and_decides_as_if_fitted_per_
 def test_the_classifier_fits_a_bounded_seeded_sample_and_scores_in_chunks(monkeypatch):
     """Issue 39: a fold fits at most MAX_TRAIN pairs (a seeded sample) and scores CHUNK pairs
     at a time, so its memory does not grow with the release; chunks change nothing."""
-    from pipeline.audit.probes import classifier
+    from pipeline import crossfit as classifier
 
     rows = [{**r, "user": r["id"].split("-")[0]} for r in leaky() + controlled()]
     whole = classifier.out_of_fold(rows, lambda r: r["user"], 1)

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from conftest import build, write_config
 
+from pipeline.calls import Unparseable, split_reasoning
 from pipeline.llm.backends.openai import read_completion
 from pipeline.llm.ratelimit import text_tokens
-from pipeline.llm.types import Unparseable, split_reasoning
 from pipeline.records import FilterRecord
 from pipeline.store import StageFile
 

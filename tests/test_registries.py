@@ -146,7 +146,7 @@ schema of its own, and the pairs it finds off the question go no further."""
 from pydantic import Field
 
 from pipeline.llm.prompts import load_prompt
-from pipeline.llm.types import LLMError
+from pipeline.calls import LLMError
 from pipeline.records import Dropped, Pair, Record
 from pipeline.stages.base import RunContext, Stage, model_stage_done, process_stage
 from pipeline.store import Records
@@ -279,7 +279,7 @@ class KeyHeaderBackend(OpenAIBackend):
 '''
 PROBE_MODULE = '''"""Added by a test: the answer asking more questions wins."""
 
-from pipeline.audit.probes.base import ProbeSpec, more_wins, rule
+from pipeline.probes.base import ProbeSpec, more_wins, rule
 
 
 def questions(rows, seed=0):
@@ -434,7 +434,7 @@ def test_eight_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url
         ),
     )
     # a probe: one module, found by the probes' package
-    write("probe", "pipeline/audit/probes/questions.py", PROBE_MODULE)
+    write("probe", "pipeline/probes/questions.py", PROBE_MODULE)
     # the files each change touches (its test aside)
     limits = {
         "stage": 2,  # module + its name in the registry
@@ -669,3 +669,41 @@ def test_the_architecture_map_names_every_module_in_its_folders_row():
         if path.name not in next((r for r in rows if r.startswith(head)), ""):
             missing.append(str(rel))
     assert not missing, f"ARCHITECTURE.md's map misses {missing}"
+
+
+def test_the_folders_form_layers_no_import_goes_up():
+    """Issue 40: each folder (and top-level module) is a node; an import from one to another is
+    an edge, function-level and type-only imports included. No cycle: a folder that needs
+    another's code imports it, and what two need of each other lives in a layer below both."""
+    modules = _modules()
+
+    def node(m: str) -> str:
+        return ".".join(m.split(".")[:2])  # pipeline.checks.artifact -> pipeline.checks
+
+    edges: dict[str, dict[str, list[str]]] = {}
+    for m, path in modules.items():
+        for target, _ in _imports(m, path, modules):
+            if node(m) != node(target):
+                edges.setdefault(node(m), {}).setdefault(node(target), []).append(
+                    f"{m} -> {target}"
+                )
+
+    def path_back(start: str) -> list[str] | None:
+        """The imports of a cycle through `start`, if there is one."""
+        todo, came = [start], {start: None}
+        while todo:
+            here = todo.pop()
+            for nxt in edges.get(here, {}):
+                if nxt == start:
+                    hops = [edges[here][start][0]]
+                    while came[here] is not None:
+                        hops.append(edges[came[here]][here][0])
+                        here = came[here]
+                    return hops[::-1]
+                if nxt not in came:
+                    came[nxt] = here
+                    todo.append(nxt)
+        return None
+
+    cycles = {n: hops for n in sorted(edges) if (hops := path_back(n))}
+    assert not cycles, "\n".join(f"{n}: {' ; '.join(h)}" for n, h in cycles.items())

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import build, write_config
 
-from pipeline.audit import probes
+from pipeline import probes
 from pipeline.release.load import load_rows
 
 INSTRUCTED = ["ignore_aspects", "wrong_expertise", "wrong_format", "wrong_tone"]

@@ -17,8 +17,8 @@ import json
 import statistics
 from pathlib import Path
 
-from pipeline.audit import figures as check_figures
-from pipeline.audit import probes
+from pipeline import probes
+from pipeline.release import figures as check_figures
 from pipeline.release.load import load_rows, profile_text
 from pipeline.reports import render
 from pipeline.stats import word_count

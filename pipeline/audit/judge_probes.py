@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import asyncio
 
-from pipeline.audit.probes.base import Probe, rule
+from pipeline.calls import LLMError, PermanentLLMError
 from pipeline.contrast import User, contrasts
 from pipeline.eval.rewards import user_context
 from pipeline.llm.prompts import load_prompt
-from pipeline.llm.types import LLMError, PermanentLLMError
+from pipeline.probes.base import Probe, rule
 from pipeline.records import POINTS, advantage
 from pipeline.release.load import user_key
 from pipeline.stats import wilson

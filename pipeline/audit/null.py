@@ -18,9 +18,8 @@ import statistics
 
 from scipy.stats import binom
 
-from pipeline import progress
-from pipeline.audit import probes
-from pipeline.audit.probes.base import Probe
+from pipeline import probes, progress
+from pipeline.probes.base import Probe
 
 NOMINAL = 0.05  # the intervals' own miss rate
 NARROW = 0.01  # a binomial tail of excluded copies below this: the interval is too narrow

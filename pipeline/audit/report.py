@@ -6,7 +6,7 @@ Writes `outputs/<run>/audit/`: `report.html` (with PNG plots in `plots/`), `summ
 report links to. Read-only on the run itself: it never changes a stage file.
 
 What each check shows is its own declaration (`Check.figures`, read by
-pipeline/audit/figures.py): this module names no check.
+pipeline/release/figures.py): this module names no check.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.audit import figures, probes
+from pipeline import probes
 from pipeline.audit.null import null_test
 from pipeline.audit.null import warnings as null_warnings
 from pipeline.checks import CHECKS, FilterConfig
@@ -31,6 +31,7 @@ from pipeline.records import (
     RubricRecord,
     Task,
 )
+from pipeline.release import figures
 from pipeline.release.load import load_rows, user_key
 from pipeline.release.manifest import read_funnel
 from pipeline.reports import render

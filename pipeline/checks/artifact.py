@@ -1,5 +1,5 @@
-"""Artifact gate, model-free and run-level: the answer-only classifier (pipeline/audit/probes/
-classifier.py), cross-fitted over the run's pairs with folds grouped by user, and the pairs it
+"""Artifact gate, model-free and run-level: the answer-only classifier (pipeline/crossfit.py),
+cross-fitted over the run's pairs with folds grouped by user, and the pairs it
 picks `chosen` in confidently are dropped, in rounds, in the manner of AFLite (adversarial
 filtering: Sakaguchi et al. 2020; Le Bras et al. 2020). Each round refits on the pairs left, so
 an artifact a few pairs share is learnt and removed while personal fit, which no answer-only
@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from pipeline.checks.base import Check, Figure
+from pipeline.crossfit import Features, out_of_fold
 from pipeline.records import Record
 
 
@@ -53,8 +54,6 @@ def aflite(rows: list[dict], cfg, *, max_drop: float, every: bool = False) -> li
     """AFLite over rows (id, chosen, rejected, user, rejected_for): one result per row. Each round
     takes at most a tenth of what is left (the next fit shows what the rest leaks), or, with
     `every` (the pairs stage's rewrite, which loses no pair), every confident pair."""
-    from pipeline.audit.probes.classifier import Features, out_of_fold
-
     features = Features(rows)  # once: every round scores a subset of the same answers
     found = [Result() for _ in rows]
     # by id, not file order: a stage file's order changes when a line is superseded, and the

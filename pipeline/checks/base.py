@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from pipeline.llm.types import CallResult
+    from pipeline.calls import CallResult
     from pipeline.records import FilterRecord, Pair
 
 

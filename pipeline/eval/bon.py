@@ -24,12 +24,12 @@ from scipy import stats
 from sklearn.metrics import ndcg_score
 
 from pipeline import csvfile
+from pipeline.calls import LLMError, PermanentLLMError
 from pipeline.errors import PrbError
 from pipeline.eval.report import slug, to_markdown
 from pipeline.eval.rewards import Query, RewardModel, user_context
 from pipeline.llm.client import LLM
 from pipeline.llm.prompts import load_prompt
-from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.records import BonPick, stable_id
 from pipeline.reports import md
 

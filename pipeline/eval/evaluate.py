@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from pipeline import csvfile, progress
+from pipeline.calls import LLMError, PermanentLLMError
 from pipeline.eval.protocol import PROTOCOLS, chosen_first
 from pipeline.eval.report import bar_plot, leaderboard, slug, to_markdown
 from pipeline.eval.rewards import Query, RewardModel, checked, user_context
-from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.records import POINTS, PairScore, advantage
 from pipeline.release.load import ReleaseError, load_rows  # noqa: F401  (re-exported)
 from pipeline.reports import md

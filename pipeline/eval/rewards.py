@@ -18,10 +18,10 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from pipeline.calls import LLMError
 from pipeline.errors import PrbError
 from pipeline.llm.client import LLM
 from pipeline.llm.prompts import Prompt, load_prompt
-from pipeline.llm.types import LLMError
 from pipeline.records import stable_id
 from pipeline.stats import word_count
 from pipeline.text import content_words

@@ -3,7 +3,7 @@ limits, usage; `types` (a leaf: what checks and stages import); `backends/` (one
 provider protocol); `structured` (output schemas); `batch`, `cache`, `ratelimit`, `prompts`,
 `cost`, `local` (the bundled real model).
 
-Names are re-exported lazily, so `pipeline.llm.types` or `pipeline.llm.prompts` can be imported
+Names are re-exported lazily, so `pipeline.calls` or `pipeline.llm.prompts` can be imported
 without loading the client and its HTTP libraries.
 """
 

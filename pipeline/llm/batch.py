@@ -23,10 +23,10 @@ import logging
 from pathlib import Path
 
 from pipeline import progress
-from pipeline.config import BatchConfig
+from pipeline.calls import PermanentLLMError, Request, Unparseable
 from pipeline.llm.backends.openai import read_completion
 from pipeline.llm.client import LLM
-from pipeline.llm.types import PermanentLLMError, Request, Unparseable
+from pipeline.llm.settings import BatchConfig
 from pipeline.records import BatchJob
 from pipeline.store import StageFile, atomic_write
 

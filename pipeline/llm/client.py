@@ -28,14 +28,7 @@ from tenacity import (
 )
 
 from pipeline import progress
-from pipeline.config import ModelConfig
-from pipeline.llm import ratelimit
-from pipeline.llm.backends import BACKENDS
-from pipeline.llm.cache import ResponseCache, cache_key
-from pipeline.llm.prompts import Prompt
-from pipeline.llm.ratelimit import Limiter
-from pipeline.llm.structured import cached_response_format, parse_output
-from pipeline.llm.types import (
+from pipeline.calls import (
     CallResult,
     CutOff,
     EndpointError,
@@ -45,6 +38,13 @@ from pipeline.llm.types import (
     StageUsage,
     Unparseable,
 )
+from pipeline.llm import ratelimit
+from pipeline.llm.backends import BACKENDS
+from pipeline.llm.cache import ResponseCache, cache_key
+from pipeline.llm.prompts import Prompt
+from pipeline.llm.ratelimit import Limiter
+from pipeline.llm.settings import ModelConfig
+from pipeline.llm.structured import cached_response_format, parse_output
 from pipeline.llm.window import fit_context, truncation_counts
 
 log = logging.getLogger("prb.llm")

@@ -9,7 +9,7 @@ import re
 
 from pydantic import BaseModel, ValidationError
 
-from pipeline.llm.types import Unparseable
+from pipeline.calls import Unparseable
 
 _FENCE = re.compile(r"^```(?:json)?\s*|\s*```$", re.MULTILINE)
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from pipeline.calls import LLMError
 from pipeline.config import RunConfig
 from pipeline.llm.cache import ResponseCache
 from pipeline.llm.client import LLM
 from pipeline.llm.prompts import load_prompt
-from pipeline.llm.types import LLMError
 from pipeline.paths import resolve_path
 from pipeline.personas.checks import Entry, cross_issues, parse_paths, persona_issues
 from pipeline.personas.files import PersonaFileError, Taxonomy, load_taxonomy

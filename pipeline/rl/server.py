@@ -17,8 +17,8 @@ import asyncio
 import contextlib
 from dataclasses import dataclass, field
 
+from pipeline.calls import LLMError, PermanentLLMError
 from pipeline.eval.rewards import Query, SpecError, checked, user_context
-from pipeline.llm.types import LLMError, PermanentLLMError
 from pipeline.records import RewardItem, ScoreRequest, ScoreResponse
 
 MAX_ITEMS = 512

@@ -56,9 +56,8 @@ def run_build(
     """The build flow with prb's own Prefect server, console and progress display. Interrupted
     (Ctrl-C, SIGTERM), it says how to resume (`resume`, else the `prb build` that does) and
     exits 130 or 143 (no traceback)."""
-    from pipeline import progress
+    from pipeline import cost, progress
     from pipeline.config import load_config
-    from pipeline.llm import cost
     from pipeline.run import prefect_env
 
     path = str(config) if config else None

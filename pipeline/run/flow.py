@@ -19,8 +19,8 @@ from pipeline.config import load_config
 from pipeline.errors import PrbError, StorageError
 from pipeline.llm.cache import ResponseCache
 from pipeline.llm.client import LLM
+from pipeline.meter import give_back_freed_arrays, peak_rss_gib, reset_peak
 from pipeline.release.manifest import write_funnel
-from pipeline.run.meter import give_back_freed_arrays, peak_rss_gib, reset_peak
 from pipeline.run.rundir import open_run
 from pipeline.stages import STAGES, RunContext, Stage
 from pipeline.store import atomic_write

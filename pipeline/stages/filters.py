@@ -15,15 +15,15 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+from pipeline.calls import CallResult, LLMError, PermanentLLMError
 from pipeline.checks import CHECKS, by_cost
 from pipeline.checks import tasks as check_tasks
 from pipeline.errors import is_transient
 from pipeline.llm.prompts import load_prompt
-from pipeline.llm.types import CallResult, LLMError, PermanentLLMError
+from pipeline.meter import timed
 from pipeline.qualification import qualify
 from pipeline.qualification import read as read_qualification
 from pipeline.records import FilterRecord, Pair
-from pipeline.run.meter import timed
 from pipeline.stages.base import RunContext, Stage, process_stage
 from pipeline.store import Records
 

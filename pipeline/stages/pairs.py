@@ -23,11 +23,11 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 
+from pipeline.calls import LLMError
 from pipeline.contrast import User, partners
 from pipeline.llm.prompts import load_prompt
-from pipeline.llm.types import LLMError
+from pipeline.meter import timed
 from pipeline.records import Dropped, Pair, Rewritten, RubricRecord, Task, pair_id, stable_id
-from pipeline.run.meter import timed
 from pipeline.stages.base import (
     RECORDS_IN_FLIGHT,
     RunContext,

@@ -20,18 +20,18 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from datasets.arrow_writer import ParquetWriter
 
-from pipeline import qualification
+from pipeline import cost, probes, qualification
 from pipeline.annotation.verdicts import manifest_block, releasable
 from pipeline.checks import CHECKS
 from pipeline.errors import DiskFullError, NothingReleased, is_disk_full
-from pipeline.llm import cost
 from pipeline.llm.cache import ResponseCache
 from pipeline.llm.prompts import load_prompt
+from pipeline.meter import timed
 from pipeline.records import AnnotationRecord, FilterRecord
+from pipeline.release import figures
 from pipeline.release import manifest as mf
 from pipeline.release.card import render_card
 from pipeline.release.schema import FEATURES, data_path, file_checksums, jsonl_path, to_row
-from pipeline.run.meter import timed
 from pipeline.sim import FINGERPRINT as SIMULATOR
 from pipeline.stages.base import RunContext, Stage, prompt_tasks, roles
 from pipeline.stats import word_count
@@ -110,8 +110,6 @@ def validity(rows: list[dict], sampled: dict | None = None) -> dict:
     """What the card and the manifest say separates the pairs: the model-free probes on the
     released rows, family by family (leakage, floors), with n and intervals; and the build's
     own judges on those rows (`judges`), by the figures their checks declare."""
-    from pipeline.audit import probes
-
     found = probes.summary(probes.run_all(rows)) if len(rows) >= 2 else None
     if found is None:
         return {}
@@ -140,8 +138,6 @@ def validity(rows: list[dict], sampled: dict | None = None) -> dict:
 def judged(rows: list[dict]) -> list[dict]:
     """The judge checks' figures over the released rows (pairs the filters kept: a selected
     sample, unlike `prb audit --judge`, which asks its judges about any release)."""
-    from pipeline.audit import figures
-
     judges = {f.key for c, f in figures.declared() if c.cost}
     keep = ("key", "label", "summary", "text", "value", "low", "high", "pairs", "n", "warn")
     return [

@@ -22,8 +22,8 @@ from __future__ import annotations
 import functools
 import re
 
+from pipeline.calls import LLMError
 from pipeline.llm.prompts import load_prompt
-from pipeline.llm.types import LLMError
 from pipeline.records import AspectAgreement, Dropped, RubricAspect, RubricRecord, Task
 from pipeline.stages.base import RunContext, Stage, model_stage_done, process_stage
 from pipeline.store import Records

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 import anthropic
 import httpx2
 
+from pipeline.calls import TASK_HEADER, Reply, Request, Unparseable
 from pipeline.llm.backends.base import classify
-from pipeline.llm.types import TASK_HEADER, Reply, Request, Unparseable
 from pipeline.sim import FINGERPRINT as SIMULATOR
 
 VERSION = "2023-06-01"

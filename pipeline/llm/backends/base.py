@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from pipeline.llm.types import EndpointError, Reply, Request
+from pipeline.calls import EndpointError, Reply, Request
 
 
 class Backend(Protocol):

@@ -8,9 +8,9 @@ import json
 import httpx2  # the HTTP library of this openai release
 import openai
 
+from pipeline.calls import TASK_HEADER, Reply, Request, Unparseable, split_reasoning
 from pipeline.llm import ratelimit
 from pipeline.llm.backends.base import classify
-from pipeline.llm.types import TASK_HEADER, Reply, Request, Unparseable, split_reasoning
 from pipeline.sim import FINGERPRINT as SIMULATOR
 
 PERMANENT = (openai.AuthenticationError, openai.PermissionDeniedError, openai.NotFoundError)

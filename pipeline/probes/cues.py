@@ -3,7 +3,8 @@ readability) the answer with more of it wins; a value below 0.5 means the one wi
 
 from __future__ import annotations
 
-from pipeline.audit.probes.base import CUES, Probe, ProbeSpec, cues, more_wins, rule
+from pipeline.cues import CUES, cues
+from pipeline.probes.base import Probe, ProbeSpec, more_wins, rule
 
 
 def cue_probes(rows: list[dict], seed: int = 0) -> list[Probe]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from pipeline.audit.probes.base import Probe, ProbeSpec, more_wins, rule
+from pipeline.probes.base import Probe, ProbeSpec, more_wins, rule
 from pipeline.release.load import profile_text
 
 

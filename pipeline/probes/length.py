@@ -7,7 +7,7 @@ import statistics
 
 import numpy as np
 
-from pipeline.audit.probes.base import Probe, ProbeSpec, more_wins, rule
+from pipeline.probes.base import Probe, ProbeSpec, more_wins, rule
 from pipeline.stats import LENGTH_BAND, bootstrap, wilson, words
 
 

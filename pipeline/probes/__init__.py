@@ -25,8 +25,8 @@ from __future__ import annotations
 import math
 import statistics
 
-from pipeline.audit.probes.base import CUES, Probe, ProbeSpec, cues, readability  # noqa: F401
-from pipeline.audit.probes.classifier import classifier_probe  # noqa: F401
+from pipeline.probes.base import Probe, ProbeSpec  # noqa: F401
+from pipeline.probes.classifier import classifier_probe  # noqa: F401
 from pipeline.registry import Registry
 from pipeline.stats import EASY, LENGTH_BAND, MIN_VERDICT_PAIRS, THRESHOLD, words  # noqa: F401
 

@@ -1,12 +1,12 @@
-"""The answer-only classifier: logistic regression over the difference of the two answers'
-surface cues and word and character n-grams, never the user. Cross-fitted: every pair is scored
-by a model that never saw it, nor anything that shares its user or an answer text.
+"""The cross-fitted answer-only classifier: logistic regression over the difference of the two
+answers' surface cues and word and character n-grams, never the user. Every pair is scored by a
+model that never saw it, nor anything that shares its user or an answer text. Shared by the
+audit's classifier probe (pipeline/probes/classifier.py) and the artifact gate
+(pipeline/checks/artifact.py), below both.
 
 Antisymmetric by construction (no intercept, each training pair shown in both orders): the
 score of (a, b) is minus the score of (b, a), so a release relabelled at random reads 0.5 on
-average (the null test), and the model cannot learn which slot `chosen` sits in. The gate
-(pipeline/stages/gate.py) uses the same out-of-fold probabilities to drop the pairs it
-predicts confidently.
+average (the null test), and the model cannot learn which slot `chosen` sits in.
 """
 
 from __future__ import annotations
@@ -18,19 +18,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.audit.probes.base import Probe, ProbeSpec, cues
-from pipeline.stats import THRESHOLD, wilson
+from pipeline.cues import cues
 from pipeline.text import normalise
 
 if TYPE_CHECKING:
     from scipy.sparse import csr_matrix
-
-NAME = "answer-only classifier"
-ABOUT = (
-    "logistic regression on the difference of the two answers' surface cues and word/char "
-    "n-grams, never the user; antisymmetric; folds keep a user and an answer "
-    "text together"
-)
 
 
 def groups(rows: list[dict], user: Callable[[dict], str]) -> list[int]:
@@ -205,24 +197,3 @@ def out_of_fold(
 def score(prob: float) -> float:
     """A pair's credit: right 1, wrong 0, no preference (exactly 0.5) half."""
     return 1.0 if prob > 0.5 else 0.0 if prob < 0.5 else 0.5
-
-
-def classifier_probe(rows: list[dict], seed: int = 0, folds: int = 5) -> Probe:
-    from pipeline.release.load import user_key  # the release layer reads the checks: lazily
-
-    probs = out_of_fold(rows, user_key, seed, folds)
-    if probs is None:
-        return Probe(NAME, None, None, None, len(rows), ABOUT)
-    credit = [score(p) for p in probs]
-    n = len(credit)
-    lo, hi = wilson(round(sum(credit)), n)
-    return Probe(NAME, sum(credit) / n, lo, hi, n, ABOUT, leak=lo > THRESHOLD or hi < 1 - THRESHOLD)
-
-
-PROBE = ProbeSpec(
-    "classifier",
-    "leakage",
-    30,
-    lambda rows, seed=0: [classifier_probe(rows, seed)],
-    "logistic regression on the two answers only",
-)

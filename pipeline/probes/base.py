@@ -1,58 +1,15 @@
 """What every probe shares: the `Probe` figure it reports, the `ProbeSpec` a probe module
-declares, a rule's accuracy with its interval, and the surface cues of an answer (read by the
-cue probes and the answer-only classifier alike)."""
+declares, a rule's accuracy with its interval. (An answer's surface cues: pipeline/cues.py.)"""
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from pipeline.stats import EASY, THRESHOLD, wilson, words
-
-_LIST = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+", re.M)
-_HEADING = re.compile(r"^\s*(?:#{1,6}\s+\S|[A-Z][^.!?\n]{0,60}:\s*$)", re.M)
-_YOU = re.compile(r"\b(?:you|your|yours|yourself|you're|you'll)\b", re.I)
-_HEDGE = re.compile(
-    r"\b(?:might|may|perhaps|possibly|could|generally|usually|often|likely|probably|maybe|"
-    r"somewhat|it depends|in most cases|tends? to)\b",
-    re.I,
-)
-_SENTENCE = re.compile(r"[.!?]+(?:\s|$)")
-
-
-def _syllables(word: str) -> int:
-    groups = re.findall(r"[aeiouy]+", word.lower())
-    n = len(groups) - (1 if word.lower().endswith("e") and len(groups) > 1 else 0)
-    return max(1, n)
-
-
-def readability(text: str) -> float:
-    """Flesch reading ease (higher: easier)."""
-    w = words(text)
-    if not w:
-        return 0.0
-    sentences = max(1, len(_SENTENCE.findall(text)))
-    return 206.835 - 1.015 * len(w) / sentences - 84.6 * sum(map(_syllables, w)) / len(w)
-
-
-def cues(text: str) -> dict[str, float]:
-    """Surface cues of one answer; rates are per word."""
-    n = max(1, len(words(text)))
-    return {
-        "list markers": float(len(_LIST.findall(text))),
-        "headings": float(len(_HEADING.findall(text))),
-        "second person": len(_YOU.findall(text)) / n,
-        "hedges": len(_HEDGE.findall(text)) / n,
-        "exclamations": float(text.count("!")),
-        "readability": readability(text),
-    }
-
-
-CUES = tuple(cues("x"))
+from pipeline.stats import EASY, THRESHOLD, wilson
 
 
 @dataclass

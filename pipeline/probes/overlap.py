@@ -3,7 +3,7 @@ profile only for shared words)."""
 
 from __future__ import annotations
 
-from pipeline.audit.probes.base import Probe, ProbeSpec, more_wins, rule
+from pipeline.probes.base import Probe, ProbeSpec, more_wins, rule
 from pipeline.release.load import profile_text
 from pipeline.text import content_words  # the overlap baseline's words, exactly
 
