@@ -34,6 +34,7 @@ from pipeline.calls import (
     EndpointError,
     LLMError,
     PermanentLLMError,
+    Reply,
     Request,
     StageUsage,
     Unparseable,
@@ -283,69 +284,7 @@ class LLM:
 
     async def _request(self, prompt: Prompt, req: Request) -> CallResult:
         """Send one request with retries, parse it and cache the answer."""
-        stage, model, messages, seed, key = req.stage, req.model, req.messages, req.seed, req.key
-        usage = self.usage[stage]
-
-        limiter = self.limiter
-
-        def cost() -> int:  # counted only under a token limit: tiktoken costs ~0.3 ms a call
-            return ratelimit.request_tokens(messages, req.params)
-
-        async def attempt() -> CallResult:
-            async with self.semaphore:
-                estimate = await limiter.acquire(cost)
-                usage.calls += 1
-                try:
-                    reply = await self.backend.send(req)
-                except EndpointError as e:
-                    limiter.observe(e.headers, e.status)
-                    too_long(e)
-                    raise
-                except BaseException:
-                    limiter.observe(None)  # no answer: nothing learnt, but nobody waits on it
-                    raise
-                limiter.observe(reply.headers, reply.status)
-            content, finish_reason, tokens = reply.content, reply.finish_reason, reply.tokens
-            usage.add_tokens(tokens)
-            limiter.settle(estimate, charged(tokens, req.params))
-            if finish_reason == "content_filter":
-                # the provider refused: asking again gives the same refusal, so no retry
-                raise LLMError("content_filter", f"{prompt.task}: answer withheld by the filter")
-            if req.params.get("logprobs"):
-                # a one-token answer read from its alternatives: max_tokens is the point, and
-                # the alternatives are the answer (cached with it)
-                content = json.dumps({"text": content, "top_logprobs": reply.top_logprobs or []})
-            elif finish_reason == "length":
-                # cut off at max_tokens: a text answer would parse but be incomplete; never cache it
-                raise CutOff(
-                    f"{prompt.task}: answer cut off at max_tokens="
-                    f"{req.params.get('max_tokens', '?')} (finish_reason=length)"
-                )
-            value = parse_output(content, prompt.output)
-            self.cache.put(
-                key,
-                task=prompt.task,
-                model=model,
-                request={"messages": messages, "params": req.params, "seed": seed},
-                content=content,
-                usage=tokens,
-            )
-            return CallResult(value, content, key, False)
-
-        def too_long(e: EndpointError) -> None:
-            wait = _retry_after(e)
-            if wait is not None and wait > ratelimit.MAX_RETRY_AFTER_S:
-                said = (
-                    f"{self.cfg.base_url} asked to wait {wait:,.0f}s before retrying (HTTP "
-                    f"{e.status}), over the {ratelimit.MAX_RETRY_AFTER_S:g}s prb "
-                    "waits: the call failed; rerun later to resume"
-                )
-                progress.warn(said)
-                raise LLMError("endpoint_error", said) from None
-
-        def failed(kind: str, detail: str) -> LLMError:
-            self.cache.put_failure(key, kind, detail)  # what a replay of this run reproduces
-            return LLMError(kind, detail)
+        usage = self.usage[req.stage]
 
         def before_sleep(state: RetryCallState) -> None:
             exc = state.outcome.exception()
@@ -361,29 +300,99 @@ class LLM:
                 reraise=True,
             ):
                 with try_:
-                    return await attempt()
-        except EndpointError as e:
+                    return self._read(prompt, req, await self._send(req, usage), usage)
+        except (EndpointError, LLMError, Unparseable) as e:
+            raise self._failed(e, req, usage) from None
+        raise AssertionError("unreachable")
+
+    async def _send(self, req: Request, usage: StageUsage) -> Reply:
+        """One attempt through the backend, within the concurrency and the rate limits."""
+        limiter = self.limiter
+
+        def cost() -> int:  # counted only under a token limit: tiktoken costs ~0.3 ms a call
+            return ratelimit.request_tokens(req.messages, req.params)
+
+        async with self.semaphore:
+            estimate = await limiter.acquire(cost)
+            usage.calls += 1
+            try:
+                reply = await self.backend.send(req)
+            except EndpointError as e:
+                limiter.observe(e.headers, e.status)
+                self._too_long_a_wait(e)
+                raise
+            except BaseException:
+                limiter.observe(None)  # no answer: nothing learnt, but nobody waits on it
+                raise
+            limiter.observe(reply.headers, reply.status)
+        usage.add_tokens(reply.tokens)
+        limiter.settle(estimate, charged(reply.tokens, req.params))
+        return reply
+
+    def _read(self, prompt: Prompt, req: Request, reply: Reply, usage: StageUsage) -> CallResult:
+        """The reply as the prompt's output, cached; a refusal, a cut-off or an unparseable
+        answer raises (the last two are retried)."""
+        content, finish_reason = reply.content, reply.finish_reason
+        if finish_reason == "content_filter":
+            # the provider refused: asking again gives the same refusal, so no retry
+            raise LLMError("content_filter", f"{prompt.task}: answer withheld by the filter")
+        if req.params.get("logprobs"):
+            # a one-token answer read from its alternatives: max_tokens is the point, and
+            # the alternatives are the answer (cached with it)
+            content = json.dumps({"text": content, "top_logprobs": reply.top_logprobs or []})
+        elif finish_reason == "length":
+            # cut off at max_tokens: a text answer would parse but be incomplete; never cache it
+            raise CutOff(
+                f"{prompt.task}: answer cut off at max_tokens="
+                f"{req.params.get('max_tokens', '?')} (finish_reason=length)"
+            )
+        value = parse_output(content, prompt.output)
+        self.cache.put(
+            req.key,
+            task=prompt.task,
+            model=req.model,
+            request={"messages": req.messages, "params": req.params, "seed": req.seed},
+            content=content,
+            usage=reply.tokens,
+        )
+        return CallResult(value, content, req.key, False)
+
+    def _too_long_a_wait(self, e: EndpointError) -> None:
+        wait = _retry_after(e)
+        if wait is not None and wait > ratelimit.MAX_RETRY_AFTER_S:
+            said = (
+                f"{self.cfg.base_url} asked to wait {wait:,.0f}s before retrying (HTTP "
+                f"{e.status}), over the {ratelimit.MAX_RETRY_AFTER_S:g}s prb "
+                "waits: the call failed; rerun later to resume"
+            )
+            progress.warn(said)
+            raise LLMError("endpoint_error", said) from None
+
+    def _failed(self, e: Exception, req: Request, usage: StageUsage) -> LLMError:
+        """What a request that ran out of retries (or may not retry) raises, counted, and
+        recorded in the cache for a replay of this run to reproduce."""
+        if isinstance(e, EndpointError):
             usage.failures[e.cause if e.kind == "transient" else e.kind] += 1
             if e.kind == "permanent":
-                raise PermanentLLMError(
+                return PermanentLLMError(
                     "permanent",
                     f"the endpoint refused the run (not retried): {e.cause} from "
-                    f"{self.cfg.base_url} for model {model!r} (HTTP {e.status or '?'}: "
+                    f"{self.cfg.base_url} for model {req.model!r} (HTTP {e.status or '?'}: "
                     f"{e.detail}); check the endpoint, model and key",
-                ) from None
-            if e.kind == "bad_request":
-                # this request only (too long a prompt, a value the server rejects): drop its
-                # record with the server's words; the next record may well be fine
-                raise failed("bad_request", f"HTTP {e.status}: {e.detail}") from None
-            raise failed("endpoint_error", e.detail) from None
-        except LLMError as e:
-            usage.failures[e.kind] += 1
-            raise failed(e.kind, e.detail) from None
-        except Unparseable as e:
-            kind = "cut_off" if isinstance(e, CutOff) else "unparseable"
+                )
+            # bad_request: this request only (too long a prompt, a value the server rejects):
+            # its record is dropped with the server's words; the next may well be fine
+            kind = "bad_request" if e.kind == "bad_request" else "endpoint_error"
+            detail = f"HTTP {e.status}: {e.detail}" if e.kind == "bad_request" else e.detail
+        elif isinstance(e, LLMError):
+            kind, detail = e.kind, e.detail
             usage.failures[kind] += 1
-            raise failed(kind, str(e)) from None
-        raise AssertionError("unreachable")
+        else:
+            kind = "cut_off" if isinstance(e, CutOff) else "unparseable"
+            detail = str(e)
+            usage.failures[kind] += 1
+        self.cache.put_failure(req.key, kind, detail)  # what a replay of this run reproduces
+        return LLMError(kind, detail)
 
     async def context_window(self, model: str) -> int | None:
         """The endpoint's context window for `model` if its backend can tell; None if not."""

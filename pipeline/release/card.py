@@ -266,14 +266,11 @@ def position_free_md(found: dict | None, t: dict) -> str:
     )
 
 
-def render_card(
-    manifest: Manifest, about: dict[str, str], features: datasets.Features = FEATURES
-) -> str:
-    """`about`: each funnel row's words, from the stages that made the release."""
-    cfg, stats, counts = manifest.config, manifest.stats, manifest.per_category
-    total = sum(counts.values())
+def method_words(manifest: Manifest) -> dict[str, object]:
+    """How this build was made, in the words the funnel rows and the template fill in."""
+    cfg = manifest.config
     required = manifest.annotation.get("required", cfg["annotation"]["required"])
-    fmt = {
+    return {
         "seed": manifest.seeds["run"],
         "per_category": cfg["personas"]["per_category"] or "every user",
         "budget": cfg["generation"]["word_budget"],
@@ -291,12 +288,27 @@ def render_card(
         if cfg["filters"].get("mode", "drop") == "drop"
         else "every pair: the checks only recorded what they would drop (`would_drop`)",
     }
+
+
+def funnel_md(manifest: Manifest, about: dict[str, str], fmt: dict) -> str:
+    """The funnel as a table: each step's count, what it dropped and, from `about` (the
+    stages' own words), what happened there."""
     funnel_rows, prev = [], None
     for i, step in enumerate(manifest.funnel, 1):
         dropped = "" if prev is None else prev - step.count
         doc = about.get(step.stage, "").format(**fmt)
         funnel_rows.append([i, f"`{step.stage}`", step.count, dropped, doc])
         prev = step.count
+    return _table(["step", "stage", "count", "dropped", "what happened"], funnel_rows)
+
+
+def render_card(
+    manifest: Manifest, about: dict[str, str], features: datasets.Features = FEATURES
+) -> str:
+    """`about`: each funnel row's words, from the stages that made the release."""
+    cfg, stats, counts = manifest.config, manifest.stats, manifest.per_category
+    total = sum(counts.values())
+    fmt = method_words(manifest)
     reasons = manifest.drop_reasons
     docs = {k: v for c in CHECKS for k, v in c.docs.items()}
     thresholds = [k for k in setting_names() if k in cfg["filters"]]
@@ -318,7 +330,7 @@ def render_card(
         "columns_md": _table(
             ["column", "meaning"], [[f"`{c}`", COLUMN_DOCS.get(c, "")] for c in features]
         ),
-        "funnel_md": _table(["step", "stage", "count", "dropped", "what happened"], funnel_rows),
+        "funnel_md": funnel_md(manifest, about, fmt),
         "reasons_md": _table(["reason", "records"], [[f"`{k}`", v] for k, v in reasons.items()])
         if reasons
         else "No record was dropped.",

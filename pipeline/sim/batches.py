@@ -17,7 +17,7 @@ import time
 from fastapi import APIRouter, Form, UploadFile
 from fastapi.responses import JSONResponse, Response
 
-from pipeline.sim import FINGERPRINT
+from pipeline.sim.completion import chat_completion, prompt_words
 from pipeline.sim.dispatch import respond, schema_of
 from pipeline.sim.messages import chat_problem
 
@@ -63,27 +63,13 @@ def answer_line(
         judge=judge,
         schema=schema_of(body),
     )
-    prompt_tokens = sum(len((m.get("content") or "").split()) for m in body.get("messages", []))
-    completion_tokens = len(content.split())
-    completion = {
-        "id": f"chatcmpl-batch-{custom_id}",
-        "object": "chat.completion",
-        "system_fingerprint": FINGERPRINT,
-        "created": 0,
-        "model": body["model"],
-        "choices": [
-            {
-                "index": 0,
-                "finish_reason": "stop",
-                "message": {"role": "assistant", "content": content},
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
-    }
+    completion = chat_completion(
+        body["model"],
+        {"role": "assistant", "content": content},
+        len(prompt_words(body)),
+        len(content.split()),
+        ident=f"chatcmpl-batch-{custom_id}",
+    )
     return {
         "id": f"batch_req_{custom_id}",
         "custom_id": custom_id,
@@ -92,16 +78,19 @@ def answer_line(
     }
 
 
-def make_router(opts, models: tuple[str, ...]) -> APIRouter:
-    """`opts` is the server's SimOptions: its `stats` counter and `degrade_rate` are shared."""
-    router = APIRouter(prefix="/v1")
-    files: dict[str, dict] = {}  # id -> {"meta": FileObject dict, "data": bytes}
-    batches: dict[str, dict] = {}
-    ids = itertools.count(1)
-    background: set[asyncio.Task] = set()  # keep references so tasks are not collected early
+class Service:
+    """Files and batches in memory; a batch is answered in the background once created.
+    `opts` is the server's SimOptions: its `stats` counter and answer options are shared."""
 
-    def new_file(data: bytes, filename: str, purpose: str) -> dict:
-        fid = f"file-sim-{next(ids)}"
+    def __init__(self, opts, models: tuple[str, ...]):
+        self.opts, self.models = opts, models
+        self.files: dict[str, dict] = {}  # id -> {"meta": FileObject dict, "data": bytes}
+        self.batches: dict[str, dict] = {}
+        self.ids = itertools.count(1)
+        self.background: set[asyncio.Task] = set()  # referenced, so not collected early
+
+    def new_file(self, data: bytes, filename: str, purpose: str) -> dict:
+        fid = f"file-sim-{next(self.ids)}"
         meta = {
             "id": fid,
             "object": "file",
@@ -111,12 +100,76 @@ def make_router(opts, models: tuple[str, ...]) -> APIRouter:
             "purpose": purpose,
             "status": "processed",
         }
-        files[fid] = {"meta": meta, "data": data}
+        self.files[fid] = {"meta": meta, "data": data}
         return meta
+
+    def create(self, body: dict) -> dict:
+        batch = {
+            "id": f"batch-sim-{next(self.ids)}",
+            "object": "batch",
+            "endpoint": body.get("endpoint", "/v1/chat/completions"),
+            "input_file_id": body["input_file_id"],
+            "completion_window": body.get("completion_window", "24h"),
+            "status": "validating",
+            "created_at": int(time.time()),
+            "metadata": body.get("metadata"),
+            "request_counts": {"total": 0, "completed": 0, "failed": 0},
+        }
+        self.batches[batch["id"]] = batch
+        self.opts.stats["batches_created"] += 1
+        job = asyncio.create_task(self.process(batch))
+        self.background.add(job)
+        job.add_done_callback(self.background.discard)
+        return batch
+
+    async def process(self, batch: dict) -> None:
+        opts = self.opts
+        await asyncio.sleep(0)  # answer `create` first, as a real service does
+        batch.update(status="in_progress", in_progress_at=int(time.time()))
+        data = self.files[batch["input_file_id"]]["data"]
+        lines = [json.loads(x) for x in data.splitlines() if x]
+        out, errors = [], []
+        for i, line in enumerate(lines):
+            result = answer_line(
+                line,
+                self.models,
+                opts.degrade_rate,
+                opts.leaky and opts.leaky_rate,
+                opts.degenerate_rate,
+                opts.judge,
+            )
+            (out if result["error"] is None else errors).append(json.dumps(result))
+            opts.stats["batch_lines"] += 1
+            if i % 200 == 199:
+                await asyncio.sleep(0)  # keep the server responsive to polls
+        if opts.latency_ms:
+            await asyncio.sleep(opts.latency_ms / 1000)
+        name = f"{batch['id']}_output.jsonl"
+        batch["output_file_id"] = self.new_file(self._jsonl(out), name, "batch_output")["id"]
+        if errors:
+            name = f"{batch['id']}_error.jsonl"
+            batch["error_file_id"] = self.new_file(self._jsonl(errors), name, "batch_output")["id"]
+        batch["request_counts"] = {
+            "total": len(lines),
+            "completed": len(out),
+            "failed": len(errors),
+        }
+        batch.update(status="completed", completed_at=int(time.time()))
+
+    @staticmethod
+    def _jsonl(lines: list[str]) -> bytes:
+        return ("\n".join(lines) + "\n").encode()
+
+
+def make_router(opts, models: tuple[str, ...]) -> APIRouter:
+    """The Batch API's routes over one `Service`."""
+    router = APIRouter(prefix="/v1")
+    service = Service(opts, models)
+    files, batches = service.files, service.batches
 
     @router.post("/files")
     async def upload(file: UploadFile, purpose: str = Form(...)):
-        meta = new_file(await file.read(), file.filename or "upload.jsonl", purpose)
+        meta = service.new_file(await file.read(), file.filename or "upload.jsonl", purpose)
         opts.stats["files_uploaded"] += 1
         return meta
 
@@ -130,62 +183,10 @@ def make_router(opts, models: tuple[str, ...]) -> APIRouter:
             return _not_found("file", file_id)
         return Response(files[file_id]["data"], media_type="application/jsonl")
 
-    async def process(batch: dict) -> None:
-        await asyncio.sleep(0)  # answer `create` first, as a real service does
-        batch.update(status="in_progress", in_progress_at=int(time.time()))
-        lines = [json.loads(x) for x in files[batch["input_file_id"]]["data"].splitlines() if x]
-        out, errors = [], []
-        for i, line in enumerate(lines):
-            result = answer_line(
-                line,
-                models,
-                opts.degrade_rate,
-                opts.leaky and opts.leaky_rate,
-                opts.degenerate_rate,
-                opts.judge,
-            )
-            (out if result["error"] is None else errors).append(json.dumps(result))
-            opts.stats["batch_lines"] += 1
-            if i % 200 == 199:
-                await asyncio.sleep(0)  # keep the server responsive to polls
-        if opts.latency_ms:
-            await asyncio.sleep(opts.latency_ms / 1000)
-        batch["output_file_id"] = new_file(
-            ("\n".join(out) + "\n").encode(), f"{batch['id']}_output.jsonl", "batch_output"
-        )["id"]
-        if errors:
-            batch["error_file_id"] = new_file(
-                ("\n".join(errors) + "\n").encode(), f"{batch['id']}_error.jsonl", "batch_output"
-            )["id"]
-        batch["request_counts"] = {
-            "total": len(lines),
-            "completed": len(out),
-            "failed": len(errors),
-        }
-        batch.update(status="completed", completed_at=int(time.time()))
-
     @router.post("/batches")
     async def create(body: dict):
         fid = body.get("input_file_id")
-        if fid not in files:
-            return _not_found("file", str(fid))
-        batch = {
-            "id": f"batch-sim-{next(ids)}",
-            "object": "batch",
-            "endpoint": body.get("endpoint", "/v1/chat/completions"),
-            "input_file_id": fid,
-            "completion_window": body.get("completion_window", "24h"),
-            "status": "validating",
-            "created_at": int(time.time()),
-            "metadata": body.get("metadata"),
-            "request_counts": {"total": 0, "completed": 0, "failed": 0},
-        }
-        batches[batch["id"]] = batch
-        opts.stats["batches_created"] += 1
-        job = asyncio.create_task(process(batch))
-        background.add(job)
-        job.add_done_callback(background.discard)
-        return batch
+        return service.create(body) if fid in files else _not_found("file", str(fid))
 
     @router.get("/batches/{batch_id}")
     async def retrieve(batch_id: str):

@@ -23,11 +23,12 @@ from collections import Counter
 from dataclasses import dataclass, field, fields
 
 import httpx
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from pipeline.sim import FINGERPRINT, batches
+from pipeline.sim import batches
 from pipeline.sim import faults as extra_faults
+from pipeline.sim.completion import chat_completion, prompt_words
 from pipeline.sim.dispatch import respond, schema_of
 from pipeline.sim.limits import PromptCache, RateLimits
 from pipeline.sim.messages import anthropic_error, chat_problem, from_message, to_message
@@ -141,126 +142,41 @@ def bad_request(message: str, param: str | None = None) -> JSONResponse:
     return JSONResponse({"error": error | ({"param": param} if param else {})}, status_code=400)
 
 
-def create_app(opts: SimOptions) -> FastAPI:
-    app = FastAPI(title="prb simulator")
-    limits = RateLimits(opts.rpm, opts.tpm)
-    prompt_cache = PromptCache(opts.cache_min_tokens, opts.cache_block)
-    app.include_router(batches.make_router(opts, MODELS))  # /v1/files, /v1/batches
+class Simulator:
+    """What every protocol's route answers with: a valid chat request becomes an answer or
+    the fault the options draw for it. `complete` takes the OpenAI body (the Messages API's
+    translated to it); the routers below only speak their protocol."""
 
-    @app.get("/v1/models")
-    async def models():
-        return {
-            "object": "list",
-            # vLLM's field for the context window, when the simulator enforces one
-            "data": [
-                {"id": m, "object": "model", "owned_by": "prb"}
-                | ({"max_model_len": opts.context_limit} if opts.context_limit else {})
-                for m in MODELS
-            ],
-        }
+    def __init__(self, opts: SimOptions):
+        self.opts = opts
+        self.limits = RateLimits(opts.rpm, opts.tpm)
+        self.prompt_cache = PromptCache(opts.cache_min_tokens, opts.cache_block)
 
-    @app.get("/stats")
-    async def stats():
-        return dict(opts.stats)
-
-    async def parsed(request: Request) -> tuple[dict, str | None]:
-        try:
-            body = await request.json()
-        except ValueError:  # a body that is not JSON (or not UTF-8)
-            return {}, "We could not parse the JSON body of your request."
-        return body, None
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        body, problem = await parsed(request)
-        return await complete(body, request) if problem is None else bad_request(problem)
-
-    @app.post("/v1/messages")
-    async def messages(request: Request):
-        """Anthropic's Messages API over the same answers and faults (pipeline/sim/messages.py
-        translates the request and the answer)."""
-        body, problem = await parsed(request)
-        if problem is None and not isinstance(body, dict):
-            problem = "The request body must be a JSON object."
-        if problem is not None:
-            return anthropic_error(400, problem)
-        if request.headers.get("anthropic-version") is None:
-            return anthropic_error(400, "missing anthropic-version header")
-        return to_message(await complete(from_message(body), request))
-
-    async def complete(body: dict, request: Request):
+    async def complete(self, body: dict, request: Request):
         body, problem = chat_problem(body)  # every valid request of the protocol is answered
         if problem is not None:
             return bad_request(problem)
-        return await answer(body, request)
+        return await self.answer(body, request)
 
-    async def answer(body: dict, request: Request):
+    async def answer(self, body: dict, request: Request):
+        opts = self.opts
         opts.stats["requests"] += 1
-        words = [w for m in body.get("messages") or [] for w in (m.get("content") or "").split()]
-        if limits:  # charged on arrival, as a provider does
+        words = prompt_words(body)
+        if self.limits:  # charged on arrival, as a provider does
             cost = len(words) + int(body.get("max_tokens") or 0)
-            if (refused := limits.admit(cost)) is not None:
+            if (refused := self.limits.admit(cost)) is not None:
                 opts.stats["rate_limited"] += 1
                 return refused
         if opts.latency_ms:
             await asyncio.sleep(opts.latency_ms / 1000)
-        # faults are drawn per request and attempt, not from one shared stream: the same
-        # request meets the same faults whatever else is in flight, and a retry draws anew
-        if opts.any_faults():
-            digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-            opts.attempts[digest] += 1
-            faults = random.Random(f"{opts.seed}:{digest}:{opts.attempts[digest]}")
-            roll = faults.random()
-        else:  # a fault-free simulator spends nothing on drawing faults (bench/throughput.py)
-            faults, roll = None, 1.0
-        hit = {t for t in opts.fault_tasks.split(",") if t}
-        if hit and request.headers.get("x-prb-task") not in hit:
-            roll = 1.0  # faults restricted to other tasks
+        faults, roll = self.draw(body, request)
         extra = extra_faults.draw(opts, faults) if roll < 1.0 else None
         if (early := extra_faults.before_answer(opts, extra, request)) is not None:
             return early
         edges = [opts.rate_429, opts.rate_500, opts.rate_malformed, opts.rate_slow]
         cum = [sum(edges[: i + 1]) for i in range(len(edges))]
-        if roll < cum[0]:
-            opts.stats["fault_429"] += 1
-            return JSONResponse(
-                {"error": {"message": "rate limited", "type": "rate_limit"}},
-                status_code=429,
-                headers={"Retry-After": opts.retry_after} if opts.retry_after else None,
-            )
-        if roll < cum[1]:
-            opts.stats["fault_500"] += 1
-            return JSONResponse({"error": {"message": "simulated failure"}}, status_code=500)
-        if (problem := response_format_problem(body.get("response_format"))) is not None:
-            opts.stats["bad_response_format"] += 1
-            return bad_request(problem, "response_format")
-        if body.get("model") not in MODELS:
-            return JSONResponse(
-                {
-                    "error": {
-                        "message": f"model {body.get('model')!r} not found",
-                        "type": "invalid_request_error",
-                        "code": "model_not_found",
-                    }
-                },
-                status_code=404,
-            )
-        prompt_tokens = len(words)
-        if opts.context_limit and prompt_tokens > opts.context_limit:
-            opts.stats["fault_400"] += 1
-            return JSONResponse(
-                {
-                    "error": {
-                        "message": f"This model's maximum context length is {opts.context_limit}"
-                        f" tokens. However, your messages resulted in {prompt_tokens} tokens. "
-                        "Please reduce the length of the messages.",
-                        "type": "invalid_request_error",
-                        "param": "messages",
-                        "code": "context_length_exceeded",
-                    }
-                },
-                status_code=400,
-            )
+        if (refused := self.refusal(body, words, roll, cum)) is not None:
+            return refused
         content = respond(
             request.headers.get("x-prb-task"),
             body.get("messages", []),
@@ -283,6 +199,69 @@ def create_app(opts: SimOptions) -> FastAPI:
             opts.stats["fault_slow"] += 1
             await asyncio.sleep(opts.slow_s)
         opts.stats["answered"] += 1
+        payload = self.completion(body, words, content, finish_reason)
+        answer = extra_faults.after_answer(extra, payload)
+        if self.limits and isinstance(answer, dict):
+            return JSONResponse(answer, headers=self.limits.headers())
+        return answer
+
+    def draw(self, body: dict, request: Request) -> tuple[random.Random | None, float]:
+        """This attempt's faults: drawn per request and attempt, not from one shared stream, so
+        the same request meets the same faults whatever else is in flight, and a retry draws
+        anew. A roll of 1.0: no fault."""
+        opts = self.opts
+        if not opts.any_faults():  # a fault-free simulator spends nothing on drawing faults
+            return None, 1.0
+        digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        opts.attempts[digest] += 1
+        faults = random.Random(f"{opts.seed}:{digest}:{opts.attempts[digest]}")
+        roll = faults.random()
+        hit = {t for t in opts.fault_tasks.split(",") if t}
+        if hit and request.headers.get("x-prb-task") not in hit:
+            roll = 1.0  # faults restricted to other tasks
+        return faults, roll
+
+    def refusal(self, body: dict, words: list[str], roll: float, cum: list[float]):
+        """The error this request gets before any answer (a drawn 429 or 500, a bad
+        response_format, an unknown model, a prompt over the context), or None."""
+        opts = self.opts
+        if roll < cum[0]:
+            opts.stats["fault_429"] += 1
+            return JSONResponse(
+                {"error": {"message": "rate limited", "type": "rate_limit"}},
+                status_code=429,
+                headers={"Retry-After": opts.retry_after} if opts.retry_after else None,
+            )
+        if roll < cum[1]:
+            opts.stats["fault_500"] += 1
+            return JSONResponse({"error": {"message": "simulated failure"}}, status_code=500)
+        if (problem := response_format_problem(body.get("response_format"))) is not None:
+            opts.stats["bad_response_format"] += 1
+            return bad_request(problem, "response_format")
+        if body.get("model") not in MODELS:
+            error = {
+                "message": f"model {body.get('model')!r} not found",
+                "type": "invalid_request_error",
+                "code": "model_not_found",
+            }
+            return JSONResponse({"error": error}, status_code=404)
+        if opts.context_limit and len(words) > opts.context_limit:
+            opts.stats["fault_400"] += 1
+            error = {
+                "message": f"This model's maximum context length is {opts.context_limit}"
+                f" tokens. However, your messages resulted in {len(words)} tokens. "
+                "Please reduce the length of the messages.",
+                "type": "invalid_request_error",
+                "param": "messages",
+                "code": "context_length_exceeded",
+            }
+            return JSONResponse({"error": error}, status_code=400)
+        return None
+
+    def completion(self, body: dict, words: list[str], content: str, finish_reason: str) -> dict:
+        """The answer's chat.completion: logprobs, reasoning and prompt-cache figures where the
+        request and the options ask for them."""
+        opts = self.opts
         completion_tokens = len(content.split())
         message = {"role": "assistant", "content": content}
         logprobs = None
@@ -293,34 +272,81 @@ def create_app(opts: SimOptions) -> FastAPI:
         if opts.reasoning_rate and finish_reason == "stop":
             message = with_reasoning(message, opts, body)
             completion_tokens += len(THOUGHT.split())
-        payload = {
-            "id": "chatcmpl-sim",
-            "object": "chat.completion",
-            "system_fingerprint": FINGERPRINT,
-            "created": 0,
-            "model": body["model"],
-            "choices": [
-                {
-                    "index": 0,
-                    "finish_reason": finish_reason,
-                    "message": message,
-                    **({"logprobs": logprobs} if logprobs else {}),
-                }
-            ],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
-        }
+        payload = chat_completion(
+            body["model"],
+            message,
+            len(words),
+            completion_tokens,
+            finish_reason=finish_reason,
+            logprobs=logprobs,
+        )
         if opts.cache_min_tokens:
-            cached = prompt_cache.cached_tokens(body["model"], words)
+            cached = self.prompt_cache.cached_tokens(body["model"], words)
             payload["usage"]["prompt_tokens_details"] = {"cached_tokens": cached}
             opts.stats["cached_tokens"] += cached
-        answer = extra_faults.after_answer(extra, payload)
-        if limits and isinstance(answer, dict):
-            return JSONResponse(answer, headers=limits.headers())
-        return answer
+        return payload
+
+
+async def json_body(request: Request) -> tuple[dict, str | None]:
+    try:
+        return await request.json(), None
+    except ValueError:  # a body that is not JSON (or not UTF-8)
+        return {}, "We could not parse the JSON body of your request."
+
+
+def openai_router(sim: Simulator) -> APIRouter:
+    """OpenAI's chat completions and model list."""
+    router = APIRouter(prefix="/v1")
+
+    @router.get("/models")
+    async def models():
+        limit = sim.opts.context_limit  # vLLM's field for the context window, when enforced
+        return {
+            "object": "list",
+            "data": [
+                {"id": m, "object": "model", "owned_by": "prb"}
+                | ({"max_model_len": limit} if limit else {})
+                for m in MODELS
+            ],
+        }
+
+    @router.post("/chat/completions")
+    async def chat(request: Request):
+        body, problem = await json_body(request)
+        return await sim.complete(body, request) if problem is None else bad_request(problem)
+
+    return router
+
+
+def anthropic_router(sim: Simulator) -> APIRouter:
+    """Anthropic's Messages API over the same answers and faults (messages.py translates the
+    request and the answer)."""
+    router = APIRouter(prefix="/v1")
+
+    @router.post("/messages")
+    async def messages(request: Request):
+        body, problem = await json_body(request)
+        if problem is None and not isinstance(body, dict):
+            problem = "The request body must be a JSON object."
+        if problem is not None:
+            return anthropic_error(400, problem)
+        if request.headers.get("anthropic-version") is None:
+            return anthropic_error(400, "missing anthropic-version header")
+        return to_message(await sim.complete(from_message(body), request))
+
+    return router
+
+
+def create_app(opts: SimOptions) -> FastAPI:
+    app = FastAPI(title="prb simulator")
+    sim = Simulator(opts)
+    app.include_router(openai_router(sim))
+    app.include_router(anthropic_router(sim))
+    app.include_router(batches.make_router(opts, MODELS))  # /v1/files, /v1/batches
+
+    @app.get("/stats")
+    async def stats():
+        return dict(opts.stats)
 
     @app.get("/health")
     async def health():
