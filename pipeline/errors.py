@@ -67,8 +67,13 @@ class PortInUse(PrbError):
     exit_code = 8
 
 
-class Terminated(BaseException):
-    """SIGTERM: raised in the main thread so every `finally` runs before prb exits 143."""
+class Terminated(SystemExit):
+    """SIGTERM: raised in the main thread so every `finally` runs before prb exits 143. A
+    SystemExit, so asyncio lets it through its callbacks and transports (pipeline/run/
+    stopping.py); uncaught, the process still exits 143."""
+
+    def __init__(self, *_: object):
+        super().__init__(143)
 
 
 def is_termination(e: BaseException | None) -> bool:

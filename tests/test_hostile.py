@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import os
 import resource
 import shutil
@@ -428,34 +427,60 @@ def test_progress_line_counts_what_the_stage_did():
     assert progress._active is None  # gone with the display: nothing else sees it
 
 
-def test_a_stop_caught_by_a_socket_transport_is_not_logged(caplog):
-    """SIGTERM landing while the loop is inside an LLM client's socket read: asyncio's transport
-    catches the exception and logs "Fatal read error on socket transport" with a traceback (11
-    lines on stderr beside prb's one; the interrupted-demo test below failed on it at random).
-    With prb's signal handlers, that record is dropped; other transport errors still show."""
+def test_a_sigterm_inside_a_socket_read_stops_the_event_loop():
+    """SIGTERM landing while the loop is inside an LLM client's socket read: asyncio's
+    transport caught prb's exception (and Prefect's), logged "Fatal read error" with a
+    traceback and closed the connection, which the client retried; the build went on and
+    exited 0 (the interrupted-demo test below failed so, at random). As a SystemExit it goes
+    through the transport and stops the loop, as Ctrl-C does."""
+    import socket
+
     from pipeline.errors import Terminated
-    from pipeline.run.command import exit_on_sigterm
+
+    class Stopped(asyncio.Protocol):
+        def data_received(self, data):  # where the signal's handler runs, inside the read
+            raise Terminated
+
+    async def read_on() -> str:
+        ours, theirs = socket.socketpair()
+        await asyncio.get_running_loop().create_connection(Stopped, sock=ours)
+        theirs.send(b"an answer")
+        await asyncio.sleep(0.5)
+        theirs.close()
+        return "went on"
+
+    with pytest.raises(Terminated) as stopped:
+        asyncio.run(read_on())
+    assert stopped.value.code == 143
+
+
+def test_the_build_flow_keeps_prbs_sigterm_handler_where_a_command_installed_it():
+    """Prefect puts its own SIGTERM handler in for a flow's duration (raising its
+    TerminationSignal, which asyncio's transports swallow); the build flow puts prb's back
+    when a prb command installed it, and a flow of Prefect's runner keeps Prefect's."""
+    from prefect import flow
+
+    from pipeline.run import stopping
+
+    @flow(persist_result=False)
+    async def probe(put_back: bool):
+        found = signal.getsignal(signal.SIGTERM)
+        if put_back:
+            stopping.inside_flow()
+        return found, signal.getsignal(signal.SIGTERM)
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
-    asyncio_log = logging.getLogger("asyncio")
-    filters = list(asyncio_log.filters)
     try:
-        exit_on_sigterm()
-        loop = asyncio.new_event_loop()
-        with caplog.at_level(logging.ERROR, logger="asyncio"):
-            for stop in (Terminated(), KeyboardInterrupt()):
-                # what asyncio's transport does with an exception its read raised (_fatal_error)
-                loop.call_exception_handler(
-                    {"message": "Fatal read error on socket transport", "exception": stop}
-                )
-            assert caplog.records == []
-            loop.call_exception_handler({"message": "Fatal read", "exception": ValueError("x")})
-            assert [r.message for r in caplog.records] == ["Fatal read"]
-        loop.close()
+        stopping.exit_on_sigterm()
+        prefects, _ = asyncio.run(probe(False))
+        assert prefects is not stopping.terminate  # Prefect's, during the flow
+        _, ours = asyncio.run(probe(True))
+        assert ours is stopping.terminate
+        assert signal.getsignal(signal.SIGTERM) is stopping.terminate  # and after it
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        asyncio_log.filters[:] = filters
+        stopping._installed = False
 
 
 def test_an_interrupted_demo_says_to_run_the_demo_again(tmp_path):

@@ -1,45 +1,22 @@
 """Running the build flow for a command: prb's own Prefect server, the progress display on
-`display`, SIGTERM turned into an exception every `finally` sees. Interrupted (Ctrl-C,
-SIGTERM), it raises Stopped, saying how to resume (exit 130 or 143)."""
+`display`, SIGTERM turned into an exception every `finally` sees (run/stopping.py).
+Interrupted (Ctrl-C, SIGTERM), it raises Stopped, saying how to resume (exit 130 or 143)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import signal
 from pathlib import Path
 
 from rich.console import Console
 
 from pipeline.errors import PrbError
+from pipeline.run import stopping
 
 
 class Stopped(PrbError):
     def __init__(self, message: str, exit_code: int):
         super().__init__(message)
         self.exit_code = exit_code
-
-
-def exit_on_sigterm() -> None:
-    from pipeline.errors import Terminated
-
-    def terminate(*_) -> None:
-        raise Terminated  # unwinds every `finally` (the lock, the Prefect server)
-
-    signal.signal(signal.SIGTERM, terminate)
-    # and Ctrl-C / kill -INT, even when started from a script that ignores SIGINT (`cmd &`)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    logging.getLogger("asyncio").addFilter(_not_a_stop)
-
-
-def _not_a_stop(record: logging.LogRecord) -> bool:
-    """A signal landing inside a socket read is caught by asyncio's transport ("Fatal read
-    error on socket transport") and logged with its traceback before the stop reaches prb,
-    which then says its one line: the log record is noise."""
-    from pipeline.errors import is_termination
-
-    e = record.exc_info[1] if record.exc_info else None
-    return not (isinstance(e, KeyboardInterrupt) or is_termination(e))
 
 
 def run_build(
@@ -76,7 +53,7 @@ def run_build(
     resume = resume or (
         f"rerun `prb build{f' --config {config}' if config else ''} --run-id {cfg.run_id}`"
     )
-    exit_on_sigterm()
+    stopping.exit_on_sigterm()
     from prefect.exceptions import TerminationSignal
 
     from pipeline.errors import Terminated

@@ -21,6 +21,7 @@ from pipeline.llm.cache import ResponseCache
 from pipeline.llm.client import LLM
 from pipeline.meter import give_back_freed_arrays, peak_rss_gib, reset_peak
 from pipeline.release.manifest import write_funnel
+from pipeline.run import stopping
 from pipeline.run.rundir import open_run
 from pipeline.stages import STAGES, RunContext, Stage
 from pipeline.store import atomic_write
@@ -77,6 +78,7 @@ async def build(
     failed = False
     spent: dict[str, dict] = {}  # stage -> its wall time and peak memory
     give_back_freed_arrays()
+    stopping.inside_flow()  # Prefect put its own SIGTERM handler in for the flow
     try:
         # stages hand each other Records (a stage file read from disk on demand), never lists:
         # every record carries its persona, so holding a stage in memory grows with the run

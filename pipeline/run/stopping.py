@@ -1,0 +1,38 @@
+"""SIGTERM in a prb command: `Terminated` raised in the main thread, so every `finally` runs
+(the run lock, the Prefect server) and prb exits 143 with one line.
+
+`Terminated` is a SystemExit because asyncio re-raises only SystemExit and KeyboardInterrupt
+from its callbacks and transports: any other exception a signal raises there (Prefect's
+TerminationSignal among them) is caught, logged as "Fatal read error on socket transport" and
+turned into a dropped connection, which the model client retries, and the build went on to
+exit 0. Prefect puts its own SIGTERM handler in for a flow's duration, so the build flow puts
+prb's back (`inside_flow`) when a prb command installed it."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+
+from pipeline.errors import Terminated
+
+_installed = False
+
+
+def terminate(*_) -> None:
+    raise Terminated
+
+
+def exit_on_sigterm() -> None:
+    global _installed
+    signal.signal(signal.SIGTERM, terminate)
+    # and Ctrl-C / kill -INT, even when started from a script that ignores SIGINT (`cmd &`)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _installed = True
+
+
+def inside_flow() -> None:
+    """In the build flow: prb's SIGTERM handler again, where a prb command installed it (a
+    flow run by Prefect's own runner keeps Prefect's, and its cancellation)."""
+    if _installed:
+        with contextlib.suppress(ValueError):  # not the main thread: nothing to put back
+            signal.signal(signal.SIGTERM, terminate)
