@@ -300,7 +300,7 @@ class LLM:
                 reraise=True,
             ):
                 with try_:
-                    return self._read(prompt, req, await self._send(req, usage), usage)
+                    return self._read(prompt, req, await self._send(req, usage))
         except (EndpointError, LLMError, Unparseable) as e:
             raise self._failed(e, req, usage) from None
         raise AssertionError("unreachable")
@@ -329,7 +329,7 @@ class LLM:
         limiter.settle(estimate, charged(reply.tokens, req.params))
         return reply
 
-    def _read(self, prompt: Prompt, req: Request, reply: Reply, usage: StageUsage) -> CallResult:
+    def _read(self, prompt: Prompt, req: Request, reply: Reply) -> CallResult:
         """The reply as the prompt's output, cached; a refusal, a cut-off or an unparseable
         answer raises (the last two are retried)."""
         content, finish_reason = reply.content, reply.finish_reason
