@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -52,6 +53,15 @@ def sim_factory():
 
     with ExitStack() as stack:
         yield lambda **opts: stack.enter_context(running(**opts))
+
+
+def checkout_copy(tree: Path) -> Path:
+    """A copy of the project's checkout at `tree`: there prb resolves relative paths and writes
+    its outputs/ against the copy (`python -m pipeline.cli` run in it is the copy's prb)."""
+    for part in ("pipeline", "prompts", "personas", "configs", "annotation"):
+        shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copyfile(REPO / "pyproject.toml", tree / "pyproject.toml")  # a checkout, to paths.py
+    return tree
 
 
 def write_config(tmp_path: Path, base_url: str, **changes) -> Path:

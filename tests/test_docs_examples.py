@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import typer
+from conftest import checkout_copy
+from test_hostile4 import prb
 
 from pipeline.cli import app
 
@@ -181,35 +183,14 @@ def why_not_run(example: str) -> str | None:
     )
 
 
-def prb(folder: Path, *args: str):
-    """`prb args` in `folder`, a copy of the checkout: there relative paths resolve against it,
-    as the README's do against yours (`python -m pipeline.cli` runs the copy's prb)."""
-    import subprocess
-    import sys
-
-    from test_crash import prefect_env
-
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        env=prefect_env(),
-    )
-
-
 @pytest.fixture(scope="module")
 def demo_folder(tmp_path_factory):
-    """A copy of the checkout where the README's quickstart has run: `prb demo`, and the two
-    recipes' demos that `prb compare` reads."""
-    import shutil
-
-    folder = tmp_path_factory.mktemp("readme") / "prb"
-    for part in ("pipeline", "prompts", "personas", "configs", "annotation"):
-        shutil.copytree(ROOT / part, folder / part, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copyfile(ROOT / "pyproject.toml", folder / "pyproject.toml")
+    """A copy of the checkout (relative paths resolve against it, as the README's do against
+    yours) where the quickstart has run: `prb demo`, and the two recipes' demos that `prb
+    compare` reads."""
+    folder = checkout_copy(tmp_path_factory.mktemp("readme") / "prb")
     for args in (["demo"], ["demo", "--recipe", "published"], ["demo", "--recipe", "prb"]):
-        done = prb(folder, *args)
+        done = prb(*args, cwd=folder)
         assert done.returncode == 0, done.stderr[-2000:]
     return folder
 
@@ -229,7 +210,7 @@ def test_every_readme_example_runs_as_written_or_says_why_not(demo_folder):
             continue
         words = shlex.split(re.sub(r"[\[\]]", "", example))  # `[--x]` shown optional: given
         words = [RELEASES.get(w, pair_id if w == "PAIR_ID" else w) for w in words]
-        done = prb(demo_folder, *words)
+        done = prb(*words, cwd=demo_folder)
         ran.append(example)
         if done.returncode != 0:
             failed.append(f"`prb {example}`: exit {done.returncode}: {done.stderr[-500:]}")

@@ -12,7 +12,7 @@ from pathlib import Path
 import datasets
 import pytest
 import yaml
-from conftest import build
+from conftest import build, checkout_copy
 
 from pipeline.config import ConfigError, ProfileConfig, load_config
 from pipeline.personas.files import PersonaFileError
@@ -386,13 +386,9 @@ def test_compare_of_releases_without_shared_pairs_says_so(tmp_path):
 
 
 def test_prb_demo_recipe_published_builds_offline(tmp_path):
-    import shutil
-
     from test_crash import prefect_env
 
-    tree = tmp_path / "prb"  # a copy of the project: the demo writes under its own outputs/
-    for part in ("pipeline", "prompts", "personas", "configs"):
-        shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    tree = checkout_copy(tmp_path / "prb")  # the demo writes under its own outputs/
 
     def prb(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(

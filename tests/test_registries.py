@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import yaml
-from conftest import REPO, build, write_config
+from conftest import REPO, build, checkout_copy, write_config
 from test_crash import prefect_env
 
 PIPELINE = REPO / "pipeline"
@@ -347,10 +347,7 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 
 def test_eight_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
-    tree = tmp_path / "prb"
-    for part in ("pipeline", "prompts", "personas", "configs", "annotation"):
-        shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copyfile(REPO / "pyproject.toml", tree / "pyproject.toml")  # a checkout, to paths.py
+    tree = checkout_copy(tmp_path / "prb")
     touched: dict[str, set[str]] = {}
 
     def write(scenario: str, rel: str, text: str | None = None, edit: tuple | None = None):
