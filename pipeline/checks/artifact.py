@@ -37,14 +37,14 @@ class Result(Record):
     rewritten_probability: float | None = None
 
 
-def row(pair, texts: dict[str, str] | None = None) -> dict:
-    """The classifier's row of a pair; with `texts`, each answer text held once however many
-    pairs use it (persona_swap uses each twice: chosen for its user, rejected for another)."""
-    once = (lambda t: t) if texts is None else (lambda t: texts.setdefault(t, t))
+def row(pair, texts: dict[str, str]) -> dict:
+    """The classifier's row of a pair, each answer text held once (`texts`, shared by the rows
+    of a run) however many pairs use it: persona_swap uses each twice, chosen for its user and
+    rejected for another."""
     return {
         "id": pair.pair_id,
-        "chosen": once(pair.chosen),
-        "rejected": once(pair.rejected),
+        "chosen": texts.setdefault(pair.chosen, pair.chosen),
+        "rejected": texts.setdefault(pair.rejected, pair.rejected),
         "user": pair.task.persona.persona_id,
         "rejected_for": pair.rejected_for,
     }
