@@ -376,12 +376,6 @@ class QualityScores(QualityOutput):
         return (self.correctness + self.relevance + self.helpfulness) / 3
 
 
-class BlindCheck(Record):
-    ab: str  # verdict with chosen shown as A
-    ba: str  # verdict with chosen shown as B
-    picked: Literal["chosen", "rejected", "none"]  # consistent pick over both orders
-
-
 class FilterRecord(Record):
     """A pair through the filters stage, kept or not. `checks` holds each check's result by
     check name, as that check records it (pipeline/checks/); a check the pair was dropped before

@@ -11,10 +11,11 @@ from conftest import build, write_config
 
 from pipeline.checks import CHECKS, FilterConfig, adherence, blind, quality
 from pipeline.checks.answer_similarity import Result as Similarity
+from pipeline.checks.blind import Result as BlindCheck
 from pipeline.checks.length_ratio import Result as Length
 from pipeline.checks.question_duplicates import duplicates
 from pipeline.errors import NothingReleased
-from pipeline.records import BlindCheck, FilterRecord, QualityScores
+from pipeline.records import FilterRecord, QualityScores
 from pipeline.sim.responder import DEGRADED
 from pipeline.sim.server import running
 from pipeline.store import StageFile

@@ -195,9 +195,9 @@ SCREEN_PROMPT = {
 }
 CHECK_MODULE = '''"""Added by a test: which answer a judge finds politer, in both orders."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pipeline.checks.base import Call, Check, Figure
+from pipeline.checks.base import Ask, Check, Figure, Released, Report, shown
 from pipeline.records import Record
 
 
@@ -211,16 +211,13 @@ class Settings(Record):
 
 
 class Result(Record):
-    ab: str
-    ba: str
+    ab: Annotated[str, Released("politeness_ab")]
+    ba: Annotated[str, Released("politeness_ba")]
 
 
-def calls(pair):
-    q = pair.task.question
-    return [Call("politeness_ab", "judge_politeness",
-                 {"question": q, "answer_a": pair.chosen, "answer_b": pair.rejected}),
-            Call("politeness_ba", "judge_politeness",
-                 {"question": q, "answer_a": pair.rejected, "answer_b": pair.chosen})]
+def ask(order):
+    return Ask(f"politeness_{order}", "judge_politeness",
+               lambda pair, _: {"question": pair.task.question, **shown(pair, order)})
 
 
 def measure(pair, done, _):
@@ -231,17 +228,17 @@ def measure(pair, done, _):
 
 
 CHECK = Check(
-    name="politeness", order=70, cost=2, tasks=("judge_politeness",),
+    name="politeness", order=70, settings=Settings, result=Result,
+    asks=(ask("ab"), ask("ba")),
     samples={"judge_politeness": {"question": "Q?", "answer_a": "A.", "answer_b": "B."}},
-    settings=Settings, result=Result, calls=calls,
-    call_names=("politeness_ab", "politeness_ba"), measure=measure,
+    measure=measure,
     decide=lambda r, s: ["politeness_gap"] if s.drop_politeness_gap and r.ab != r.ba else [],
-    about="politeness verdicts in both orders",
-    docs={"drop_politeness_gap": "drop pairs whose answers differ in politeness:"},
-    features={"politeness_ab": "string", "politeness_ba": "string"},
-    released=lambda r: {"politeness_ab": r.ab, "politeness_ba": r.ba},
-    figures=(Figure("politeness", "politeness verdicts differ by order",
-                    lambda v: float(v["politeness_ab"] != v["politeness_ba"])),),
+    report=Report(
+        about="politeness verdicts in both orders",
+        docs={"drop_politeness_gap": "drop pairs whose answers differ in politeness:"},
+        figures=(Figure("politeness", "politeness verdicts differ by order",
+                        lambda v: float(v["politeness_ab"] != v["politeness_ba"])),),
+    ),
 )
 '''
 CHECK_PROMPT = {

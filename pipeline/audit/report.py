@@ -5,7 +5,7 @@ Writes `outputs/<run>/audit/`: `report.html` (with PNG plots in `plots/`), `summ
 `audit.json` (every figure, machine-readable) and `records/<pair_id>.json` for the pairs the
 report links to. Read-only on the run itself: it never changes a stage file.
 
-What each check shows is its own declaration (`Check.figures`, read by
+What each check shows is its own declaration (`Report.figures`, read by
 pipeline/release/figures.py): this module names no check.
 """
 
@@ -153,7 +153,7 @@ def severity(f: FilterRecord) -> float:
     score = 10.0 * len(f.errors)
     for c in CHECKS:
         result = c.read(f)
-        score += c.severity(result) if result is not None else 0
+        score += c.report.severity(result) if result is not None else 0
     return round(score, 3)
 
 
@@ -217,7 +217,7 @@ def _plots(data: RunData, rows: list[dict], report: dict, out: Path) -> dict[str
     for check in CHECKS:  # one plot per check: a panel per figure it declares for plotting
         shown = [
             f
-            for f in check.figures
+            for f in check.report.figures
             if f.plot
             and f.summary != "share"
             and any(row["figures"].get(f.key) is not None for row in rows)

@@ -7,9 +7,10 @@ and a pair already dropped meets no later judge unless `filters.evaluate_all` (t
 mode, which records every check for every pair).
 
 To add a check: a module here declaring `CHECK` (its name is the module's), and a test; a
-judge check adds its prompt file in prompts/. Its settings join the config's `filters:`
-section, its result the filters stage's records, its columns the release, its rule text the
-card, its figures the audit.
+judge check adds its prompt file in prompts/ (its output model may live in the module). Its
+settings join the config's `filters:` section, its result the filters stage's records (the
+fields marked `Released` the release's `pair_checks`), its report's columns the release, its
+rule text the card, its figures the audit.
 """
 
 from __future__ import annotations

@@ -3,9 +3,11 @@ the user's aspects and `rejected` must miss them, or the pair does not test pers
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
-from pipeline.checks.base import Call, Check, Figure
+from pipeline.checks.base import Ask, Check, Figure, Released, Report
 from pipeline.records import Record
 
 ASPECTS = [{"aspect": "An aspect", "evidence": "[p1] 'sample'", "reason": "A reason."}]
@@ -17,22 +19,23 @@ class Settings(Record):
 
 
 class Result(Record):
-    chosen: float | None = None  # fraction of aspects satisfied
-    rejected: float | None = None
+    # fraction of aspects satisfied
+    chosen: Annotated[float | None, Released("adherence_chosen")] = None
+    rejected: Annotated[float | None, Released("adherence_rejected")] = None
     aspects_chosen: list[bool] | None = None  # per aspect, in rubric order: satisfied?
     aspects_rejected: list[bool] | None = None
 
 
-def calls(pair) -> list[Call]:
-    aspects = [a.model_dump() for a in pair.rubric_aspects]
-    return [
-        Call(
-            f"adherence_{side}",
-            "judge_adherence",
-            {"question": pair.task.question, "aspects": aspects, "answer": getattr(pair, side)},
-        )
-        for side in ("chosen", "rejected")
-    ]
+def ask(side: str) -> Ask:
+    return Ask(
+        f"adherence_{side}",
+        "judge_adherence",
+        lambda pair, _: {
+            "question": pair.task.question,
+            "aspects": [a.model_dump() for a in pair.rubric_aspects],
+            "answer": getattr(pair, side),
+        },
+    )
 
 
 def measure(pair, done, _) -> Result:
@@ -59,39 +62,33 @@ def decide(r: Result, s: Settings) -> list[str]:
 CHECK = Check(
     name="adherence",
     order=20,
-    cost=2,
-    tasks=("judge_adherence",),
+    asks=(ask("chosen"), ask("rejected")),
     samples={
         "judge_adherence": {"question": "A question?", "aspects": ASPECTS, "answer": "An answer."}
     },
     settings=Settings,
     result=Result,
-    calls=calls,
-    call_names=("adherence_chosen", "adherence_rejected"),
     measure=measure,
     decide=decide,
-    about="fraction of aspects each answer satisfies",
-    docs={
-        "min_adherence_chosen": "fraction of aspects `chosen` satisfies ≥",
-        "max_adherence_rejected": "fraction of aspects `rejected` satisfies ≤",
-    },
-    features={
-        "adherence_chosen": "float64",
-        "adherence_rejected": "float64",
-    },
-    released=lambda r: {"adherence_chosen": r.chosen, "adherence_rejected": r.rejected},
-    figures=(
-        Figure(
-            "adherence",
-            "aspects satisfied (adherence judge)",
-            lambda v: (
-                None
-                if v.get("adherence_chosen") is None or v.get("adherence_rejected") is None
-                else (v["adherence_chosen"], v["adherence_rejected"])
+    report=Report(
+        about="fraction of aspects each answer satisfies",
+        docs={
+            "min_adherence_chosen": "fraction of aspects `chosen` satisfies ≥",
+            "max_adherence_rejected": "fraction of aspects `rejected` satisfies ≤",
+        },
+        figures=(
+            Figure(
+                "adherence",
+                "aspects satisfied (adherence judge)",
+                lambda v: (
+                    None
+                    if v.get("adherence_chosen") is None or v.get("adherence_rejected") is None
+                    else (v["adherence_chosen"], v["adherence_rejected"])
+                ),
+                "sides",
+                breakdown=True,
             ),
-            "sides",
-            breakdown=True,
         ),
+        severity=lambda r: ((1 - r.chosen) if r.chosen is not None else 0) + (r.rejected or 0),
     ),
-    severity=lambda r: ((1 - r.chosen) if r.chosen is not None else 0) + (r.rejected or 0),
 )

@@ -3,10 +3,12 @@ in personal fit either."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 from rapidfuzz import fuzz
 
-from pipeline.checks.base import Check
+from pipeline.checks.base import Check, Released, Report
 from pipeline.records import Record
 
 
@@ -15,7 +17,8 @@ class Settings(Record):
 
 
 class Result(Record):
-    similarity: float  # rapidfuzz ratio of the two answers, 0-1
+    # rapidfuzz ratio of the two answers, 0-1
+    similarity: Annotated[float, Released("answer_similarity")]
 
 
 CHECK = Check(
@@ -29,9 +32,9 @@ CHECK = Check(
     decide=lambda r, s: (
         ["answers_near_duplicate"] if r.similarity > s.max_answer_similarity else []
     ),
-    about="answer similarity",
-    docs={"max_answer_similarity": "textual similarity of the two answers ≤"},
-    features={"answer_similarity": "float64"},
-    released=lambda r: {"answer_similarity": r.similarity},
-    severity=lambda r: 2 * r.similarity**8,
+    report=Report(
+        about="answer similarity",
+        docs={"max_answer_similarity": "textual similarity of the two answers ≤"},
+        severity=lambda r: 2 * r.similarity**8,
+    ),
 )

@@ -13,9 +13,11 @@ dropped, the round. Deterministic for a run's pairs and seed, so a resumed run d
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
-from pipeline.checks.base import Check, Figure
+from pipeline.checks.base import Check, Figure, Released, Report
 from pipeline.crossfit import Features, out_of_fold
 from pipeline.records import Record
 
@@ -29,11 +31,12 @@ class Settings(Record):
 
 
 class Result(Record):
-    probability: float | None = None  # out-of-fold P(chosen is chosen), answers only
-    round: int | None = None  # the round that dropped it
+    # out-of-fold P(chosen is chosen), answers only
+    probability: Annotated[float | None, Released("artifact_probability")] = None
+    round: Annotated[int | None, Released("artifact_round")] = None  # the round that dropped it
     removed: bool = False
     # the pairs stage's rewrite: the strategy of the first rejected answer, and its probability
-    rewritten_from: str | None = None
+    rewritten_from: Annotated[str | None, Released("artifact_rewritten_from")] = None
     rewritten_probability: float | None = None
 
 
@@ -110,54 +113,48 @@ CHECK = Check(
         }
     ),
     decide=lambda r, s: ["artifact"] if r.removed else [],
-    about="the answer-only classifier's out-of-fold probability that chosen is chosen "
-    "(AFLite-style artifact gate), the round that dropped the pair, and the strategy of the "
-    "first rejected answer when the gate had it rewritten by persona_swap",
-    docs={
-        "artifact_confidence": "drop a pair the answer-only classifier (cross-fitted, folds "
-        "by user) picks chosen in with at least this probability:",
-        "artifact_max_drop": "the gate drops at most this share of the run's pairs:",
-        "artifact_rounds": "rounds of refitting on the pairs left (AFLite):",
-        "artifact_min_pairs": "the gate runs on runs of at least this many pairs:",
-        "artifact_gate": "run the artifact gate before the judges (and, with "
-        "`generation.rewrite_artifacts`, rewrite a leaking rejected answer by persona_swap)",
-    },
-    features={
-        "artifact_probability": "float64",
-        "artifact_round": "int32",
-        "artifact_rewritten_from": "string",
-    },
-    released=lambda r: {
-        "artifact_probability": r.probability,
-        "artifact_round": r.round,
-        "artifact_rewritten_from": r.rewritten_from,
-    },
-    figures=(
-        Figure(
-            "artifact_probability",
-            "answer-only P(chosen), out of fold",
-            lambda v: v.get("artifact_probability"),
-            span=(0.0, 1.0),
-        ),
-        Figure(
-            "artifact_removed",
-            "pairs the artifact gate drops",
-            lambda v: None if "artifact_round" not in v else float(v["artifact_round"] is not None),
-            fmt="{:.1%}",
-            plot=False,
-            breakdown=True,
-        ),
-        Figure(
-            "artifact_rewritten",
-            "pairs whose rejected answer the gate had rewritten",
-            lambda v: (
-                None
-                if "artifact_rewritten_from" not in v
-                else float(v["artifact_rewritten_from"] is not None)
+    report=Report(
+        about="the answer-only classifier's out-of-fold probability that chosen is chosen "
+        "(AFLite-style artifact gate), the round that dropped the pair, and the strategy of the "
+        "first rejected answer when the gate had it rewritten by persona_swap",
+        docs={
+            "artifact_confidence": "drop a pair the answer-only classifier (cross-fitted, folds "
+            "by user) picks chosen in with at least this probability:",
+            "artifact_max_drop": "the gate drops at most this share of the run's pairs:",
+            "artifact_rounds": "rounds of refitting on the pairs left (AFLite):",
+            "artifact_min_pairs": "the gate runs on runs of at least this many pairs:",
+            "artifact_gate": "run the artifact gate before the judges (and, with "
+            "`generation.rewrite_artifacts`, rewrite a leaking rejected answer by persona_swap)",
+        },
+        figures=(
+            Figure(
+                "artifact_probability",
+                "answer-only P(chosen), out of fold",
+                lambda v: v.get("artifact_probability"),
+                span=(0.0, 1.0),
             ),
-            fmt="{:.1%}",
-            plot=False,
+            Figure(
+                "artifact_removed",
+                "pairs the artifact gate drops",
+                lambda v: (
+                    None if "artifact_round" not in v else float(v["artifact_round"] is not None)
+                ),
+                fmt="{:.1%}",
+                plot=False,
+                breakdown=True,
+            ),
+            Figure(
+                "artifact_rewritten",
+                "pairs whose rejected answer the gate had rewritten",
+                lambda v: (
+                    None
+                    if "artifact_rewritten_from" not in v
+                    else float(v["artifact_rewritten_from"] is not None)
+                ),
+                fmt="{:.1%}",
+                plot=False,
+            ),
         ),
+        severity=lambda r: 4.0 * max(0.0, (r.probability or 0.5) - 0.5),
     ),
-    severity=lambda r: 4.0 * max(0.0, (r.probability or 0.5) - 0.5),
 )

@@ -10,7 +10,9 @@ other than this user: dropped as `counterfactual_not_personal`. Four calls per p
 
 from __future__ import annotations
 
-from pipeline.checks.base import Call, Check, Figure
+from typing import Annotated
+
+from pipeline.checks.base import Ask, Check, Figure, Released, Report, shown
 from pipeline.contrast import User, contrasts
 from pipeline.records import Record, advantage
 
@@ -20,13 +22,13 @@ class Settings(Record):
 
 
 class Result(Record):
-    contrast_user: str
+    contrast_user: Annotated[str, Released()]
     true_ab: str  # verdicts with chosen shown as A / as B, under the true profile
     true_ba: str
     contrast_ab: str
     contrast_ba: str
-    advantage_true: float  # chosen's points over both orders, 0-2
-    advantage_contrast: float
+    advantage_true: Annotated[float, Released()]  # chosen's points over both orders, 0-2
+    advantage_contrast: Annotated[float, Released()]
 
 
 def profile_text(profile) -> str:
@@ -47,27 +49,21 @@ def prepare(pairs, cfg) -> dict[str, User]:
     return contrasts(users)
 
 
-def calls(pair, contrast: dict[str, User] | None) -> list[Call]:
-    other = (contrast or {}).get(pair.pair_id)
-    if other is None:
-        return []
-    q, c, r = pair.task.question, pair.chosen, pair.rejected
-    out = []
-    for who, profile in (("true", pair.task.persona.profile), ("contrast", other.profile)):
-        ctx = profile_text(profile)
-        out += [
-            Call(
-                f"cf_{who}_ab",
-                "rm_pairwise",
-                {"user_context": ctx, "question": q, "answer_a": c, "answer_b": r},
-            ),
-            Call(
-                f"cf_{who}_ba",
-                "rm_pairwise",
-                {"user_context": ctx, "question": q, "answer_a": r, "answer_b": c},
-            ),
-        ]
-    return out
+def ask(who: str, order: str) -> Ask:
+    """A verdict under the user's own profile (`true`) or the contrasting user's, in one order."""
+
+    def variables(pair, contrast: dict[str, User] | None) -> dict | None:
+        other = (contrast or {}).get(pair.pair_id)
+        if other is None:
+            return None  # nobody to contrast with: none of the four calls
+        profile = pair.task.persona.profile if who == "true" else other.profile
+        return {
+            "user_context": profile_text(profile),
+            "question": pair.task.question,
+            **shown(pair, order),
+        }
+
+    return Ask(f"cf_{who}_{order}", "rm_pairwise", variables)
 
 
 def measure(pair, done, contrast) -> Result | None:
@@ -93,8 +89,7 @@ def not_personal(r: Result) -> bool:
 CHECK = Check(
     name="counterfactual",
     order=25,
-    cost=4,
-    tasks=("rm_pairwise",),
+    asks=tuple(ask(who, order) for who in ("true", "contrast") for order in ("ab", "ba")),
     samples={
         "rm_pairwise": {
             "user_context": "[p1] A sample post.",
@@ -107,51 +102,41 @@ CHECK = Check(
     result=Result,
     enabled=lambda s: s.counterfactual,
     prepare=prepare,
-    calls=calls,
-    call_names=("cf_true_ab", "cf_true_ba", "cf_contrast_ab", "cf_contrast_ba"),
     measure=measure,
     decide=lambda r, s: ["counterfactual_not_personal"] if not_personal(r) else [],
-    about="a pairwise judge under the user's profile and under a contrasting user's "
-    "(chosen's advantage over both orders, 0-2, under each)",
-    docs={
-        "counterfactual": "drop pairs whose chosen keeps its advantage under a contrasting "
-        "user's profile (four judge calls per pair):"
-    },
-    features={
-        "contrast_user": "string",
-        "advantage_true": "float64",
-        "advantage_contrast": "float64",
-    },
-    released=lambda r: {
-        "contrast_user": r.contrast_user,
-        "advantage_true": r.advantage_true,
-        "advantage_contrast": r.advantage_contrast,
-    },
-    figures=(
-        Figure(
-            "counterfactual_survival",
-            "chosen keeps its advantage under a contrasting user",
-            lambda v: (
-                None
-                if v.get("advantage_true") is None
-                else float(
-                    v["advantage_true"] > 1.0 and v["advantage_contrast"] >= v["advantage_true"]
-                )
+    report=Report(
+        about="a pairwise judge under the user's profile and under a contrasting user's "
+        "(chosen's advantage over both orders, 0-2, under each)",
+        docs={
+            "counterfactual": "drop pairs whose chosen keeps its advantage under a contrasting "
+            "user's profile (four judge calls per pair):"
+        },
+        figures=(
+            Figure(
+                "counterfactual_survival",
+                "chosen keeps its advantage under a contrasting user",
+                lambda v: (
+                    None
+                    if v.get("advantage_true") is None
+                    else float(
+                        v["advantage_true"] > 1.0 and v["advantage_contrast"] >= v["advantage_true"]
+                    )
+                ),
+                fmt="{:.1%}",
+                plot=False,
+                breakdown=True,
             ),
-            fmt="{:.1%}",
-            plot=False,
-            breakdown=True,
-        ),
-        Figure(
-            "counterfactual",
-            "chosen's advantage (0–2): true user, contrasting user",
-            lambda v: (
-                None
-                if v.get("advantage_true") is None
-                else (v["advantage_true"], v["advantage_contrast"])
+            Figure(
+                "counterfactual",
+                "chosen's advantage (0–2): true user, contrasting user",
+                lambda v: (
+                    None
+                    if v.get("advantage_true") is None
+                    else (v["advantage_true"], v["advantage_contrast"])
+                ),
+                "sides",
             ),
-            "sides",
         ),
+        severity=lambda r: 2.0 * not_personal(r),
     ),
-    severity=lambda r: 2.0 * not_personal(r),
 )

@@ -12,7 +12,7 @@ from collections import Counter
 
 from pydantic import Field
 
-from pipeline.checks.base import Check, Figure
+from pipeline.checks.base import Check, Figure, Report, released
 from pipeline.records import Record
 from pipeline.stats import words
 
@@ -35,6 +35,12 @@ class Side(Record):
 class Result(Record):
     chosen: Side
     rejected: Side
+
+    # released: each answer's share of repeated lines and of words in its most repeated 4-gram
+    chosen_repeated_lines = released("float32", lambda r: r.chosen.repeated_lines)
+    rejected_repeated_lines = released("float32", lambda r: r.rejected.repeated_lines)
+    chosen_loop_share = released("float32", lambda r: r.chosen.loop_share)
+    rejected_loop_share = released("float32", lambda r: r.rejected.loop_share)
 
 
 def side(text: str) -> Side:
@@ -79,54 +85,44 @@ CHECK = Check(
     result=Result,
     measure=lambda pair, _, __: Result(chosen=side(pair.chosen), rejected=side(pair.rejected)),
     decide=decide,
-    about="each answer's words, share of repeated lines, share of its most repeated 4-gram and "
-    "compression ratio (degenerate text)",
-    docs={
-        "min_answer_words": "an answer needs at least this many words:",
-        "max_repeated_lines": "largest share of an answer's lines that repeat an earlier one:",
-        "max_loop_share": "largest share of an answer's words in its most repeated 4-gram:",
-        "min_compression": "smallest zlib compression ratio of an answer of 400+ bytes:",
-        "drop_degenerate": "drop a pair where an answer is degenerate by any of these",
-    },
-    features={
-        "chosen_repeated_lines": "float32",
-        "rejected_repeated_lines": "float32",
-        "chosen_loop_share": "float32",
-        "rejected_loop_share": "float32",
-    },
-    released=lambda r: {
-        "chosen_repeated_lines": r.chosen.repeated_lines,
-        "rejected_repeated_lines": r.rejected.repeated_lines,
-        "chosen_loop_share": r.chosen.loop_share,
-        "rejected_loop_share": r.rejected.loop_share,
-    },
-    figures=(
-        Figure(
-            "repeated_lines",
-            "share of lines repeated",
-            lambda v: (
-                None
-                if v.get("chosen_repeated_lines") is None
-                else (v["chosen_repeated_lines"], v["rejected_repeated_lines"])
+    report=Report(
+        about="each answer's words, share of repeated lines, share of its most repeated 4-gram and "
+        "compression ratio (degenerate text)",
+        docs={
+            "min_answer_words": "an answer needs at least this many words:",
+            "max_repeated_lines": "largest share of an answer's lines that repeat an earlier one:",
+            "max_loop_share": "largest share of an answer's words in its most repeated 4-gram:",
+            "min_compression": "smallest zlib compression ratio of an answer of 400+ bytes:",
+            "drop_degenerate": "drop a pair where an answer is degenerate by any of these",
+        },
+        figures=(
+            Figure(
+                "repeated_lines",
+                "share of lines repeated",
+                lambda v: (
+                    None
+                    if v.get("chosen_repeated_lines") is None
+                    else (v["chosen_repeated_lines"], v["rejected_repeated_lines"])
+                ),
+                "sides",
             ),
-            "sides",
-        ),
-        Figure(
-            "loop_share",
-            "share of words in the most repeated 4-gram",
-            lambda v: (
-                None
-                if v.get("chosen_loop_share") is None
-                else (v["chosen_loop_share"], v["rejected_loop_share"])
+            Figure(
+                "loop_share",
+                "share of words in the most repeated 4-gram",
+                lambda v: (
+                    None
+                    if v.get("chosen_loop_share") is None
+                    else (v["chosen_loop_share"], v["rejected_loop_share"])
+                ),
+                "sides",
             ),
-            "sides",
         ),
-    ),
-    severity=lambda r: (
-        3.0
-        * (
-            max(r.chosen.repeated_lines, r.rejected.repeated_lines)
-            + max(r.chosen.loop_share, r.rejected.loop_share)
-        )
+        severity=lambda r: (
+            3.0
+            * (
+                max(r.chosen.repeated_lines, r.rejected.repeated_lines)
+                + max(r.chosen.loop_share, r.rejected.loop_share)
+            )
+        ),
     ),
 )

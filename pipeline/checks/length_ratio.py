@@ -4,10 +4,11 @@ a pair whose answers differ much in length can be won on length instead of perso
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from pipeline.checks.base import Check, Figure
+from pipeline.checks.base import Check, Figure, Released, Report
 from pipeline.records import Record
 from pipeline.stats import LENGTH_BAND, word_count
 
@@ -27,7 +28,7 @@ class Settings(Record):
 
 
 class Result(Record):
-    ratio: float
+    ratio: Annotated[float, Released("length_ratio")]
 
 
 words = word_count  # the length probe's and the length reward model's count
@@ -44,24 +45,24 @@ CHECK = Check(
     decide=lambda r, s: (
         [] if s.min_length_ratio <= r.ratio <= s.max_length_ratio else ["length_ratio"]
     ),
-    about="length ratio (rejected/chosen words)",
-    docs={
-        "min_length_ratio": "rejected/chosen word ratio ≥",
-        "max_length_ratio": "rejected/chosen word ratio ≤",
-    },
-    features={"length_ratio": "float64"},
-    released=lambda r: {"length_ratio": r.ratio},
-    figures=(
-        Figure(
-            "length_ratio",
-            "median length ratio (rejected/chosen words)",
-            lambda v: v.get("length_ratio"),
-            "median",
-            expect=LENGTH_BAND,
-            warning="length could stand in for personal fit",
-            lines=lambda s: (s.min_length_ratio, s.max_length_ratio),
-            breakdown=True,
+    report=Report(
+        about="length ratio (rejected/chosen words)",
+        docs={
+            "min_length_ratio": "rejected/chosen word ratio ≥",
+            "max_length_ratio": "rejected/chosen word ratio ≤",
+        },
+        figures=(
+            Figure(
+                "length_ratio",
+                "median length ratio (rejected/chosen words)",
+                lambda v: v.get("length_ratio"),
+                "median",
+                expect=LENGTH_BAND,
+                warning="length could stand in for personal fit",
+                lines=lambda s: (s.min_length_ratio, s.max_length_ratio),
+                breakdown=True,
+            ),
         ),
+        severity=lambda r: 4 * abs(math.log(max(r.ratio, 1e-3))),
     ),
-    severity=lambda r: 4 * abs(math.log(max(r.ratio, 1e-3))),
 )

@@ -10,10 +10,11 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from typing import Annotated
 
 from pydantic import Field
 
-from pipeline.checks.base import Check, Figure
+from pipeline.checks.base import Check, Figure, Released, Report
 from pipeline.records import Pair, Record
 
 
@@ -26,8 +27,9 @@ class Settings(Record):
 
 
 class Result(Record):
-    chosen_rank: int | None  # 1: its own question fits it best; None: no word in common
-    rejected_rank: int | None
+    # 1: its own question fits it best; None: no word in common
+    chosen_rank: Annotated[int | None, Released("chosen_question_rank")]
+    rejected_rank: Annotated[int | None, Released("rejected_question_rank")]
     questions: int  # distinct questions it was ranked among
 
 
@@ -121,29 +123,26 @@ CHECK = Check(
     prepare=prepare,
     measure=measure,
     decide=decide,
-    about="each answer's own question's BM25 rank among the run's questions (off the question)",
-    docs={
-        "max_question_rank": "an answer's own question must rank among this many of the run's "
-        "questions by BM25 against the answer:",
-        "max_question_rank_share": "... or among this share of them, if more:",
-        "drop_off_question": "drop a pair where an answer shares no word with its question or "
-        "ranks it lower than that",
-    },
-    features={"chosen_question_rank": "int32", "rejected_question_rank": "int32"},
-    released=lambda r: {
-        "chosen_question_rank": r.chosen_rank,
-        "rejected_question_rank": r.rejected_rank,
-    },
-    figures=(
-        Figure(
-            "off_question",
-            "pairs where an answer shares no word with its question",
-            lambda v: float(
-                v["chosen_question_rank"] is None or v["rejected_question_rank"] is None
+    report=Report(
+        about="each answer's own question's BM25 rank among the run's questions (off the question)",
+        docs={
+            "max_question_rank": "an answer's own question must rank among this many of the run's "
+            "questions by BM25 against the answer:",
+            "max_question_rank_share": "... or among this share of them, if more:",
+            "drop_off_question": "drop a pair where an answer shares no word with its question or "
+            "ranks it lower than that",
+        },
+        figures=(
+            Figure(
+                "off_question",
+                "pairs where an answer shares no word with its question",
+                lambda v: float(
+                    v["chosen_question_rank"] is None or v["rejected_question_rank"] is None
+                ),
+                fmt="{:.1%}",
+                plot=False,
             ),
-            fmt="{:.1%}",
-            plot=False,
         ),
+        severity=lambda r: 3.0 * ((r.chosen_rank is None) + (r.rejected_rank is None)),
     ),
-    severity=lambda r: 3.0 * ((r.chosen_rank is None) + (r.rejected_rank is None)),
 )

@@ -12,9 +12,11 @@ itself, `<key_points>` and the like, is text_sanity's.)"""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
-from pipeline.checks.base import Check, Figure
+from pipeline.checks.base import Check, Figure, Released, Report
 from pipeline.records import Pair, Record
 from pipeline.stats import words
 from pipeline.text import runs
@@ -30,10 +32,10 @@ class Settings(Record):
 
 class Result(Record):
     # share of the answer's words in runs copied from the user's data / from the key points
-    chosen_copied: float
-    rejected_copied: float
-    chosen_copied_plan: float = 0.0
-    rejected_copied_plan: float = 0.0
+    chosen_copied: Annotated[float, Released(dtype="float32")]
+    rejected_copied: Annotated[float, Released(dtype="float32")]
+    chosen_copied_plan: Annotated[float, Released(dtype="float32")] = 0.0
+    rejected_copied_plan: Annotated[float, Released(dtype="float32")] = 0.0
 
 
 def user_data(pair: Pair) -> list[str]:
@@ -80,41 +82,32 @@ CHECK = Check(
     result=Result,
     measure=measure,
     decide=decide,
-    about=f"each answer's share of words in runs of {N}+ words copied verbatim from the "
-    "user's data in the prompt (aspects, narrative, profile posts), and from the key points",
-    docs={
-        "max_copied_user": f"largest share of an answer's words in {N}-word runs copied "
-        "verbatim from the user's data (aspects, their evidence, narrative, profile posts):",
-        "max_copied_plan": f"largest share of an answer's words in {N}-word runs copied "
-        "verbatim from the key points:",
-        "drop_prompt_copy": "drop a pair where an answer copies more than either",
-    },
-    features={
-        "chosen_copied": "float32",
-        "rejected_copied": "float32",
-        "chosen_copied_plan": "float32",
-        "rejected_copied_plan": "float32",
-    },
-    released=lambda r: {
-        "chosen_copied": r.chosen_copied,
-        "rejected_copied": r.rejected_copied,
-        "chosen_copied_plan": r.chosen_copied_plan,
-        "rejected_copied_plan": r.rejected_copied_plan,
-    },
-    figures=(
-        Figure(
-            "prompt_copy",
-            "share of words copied from the prompt's data",
-            lambda v: (
-                None
-                if v.get("chosen_copied") is None
-                else (v["chosen_copied"], v["rejected_copied"])
+    report=Report(
+        about=f"each answer's share of words in runs of {N}+ words copied verbatim from the "
+        "user's data in the prompt (aspects, narrative, profile posts), and from the key points",
+        docs={
+            "max_copied_user": f"largest share of an answer's words in {N}-word runs copied "
+            "verbatim from the user's data (aspects, their evidence, narrative, profile posts):",
+            "max_copied_plan": f"largest share of an answer's words in {N}-word runs copied "
+            "verbatim from the key points:",
+            "drop_prompt_copy": "drop a pair where an answer copies more than either",
+        },
+        figures=(
+            Figure(
+                "prompt_copy",
+                "share of words copied from the prompt's data",
+                lambda v: (
+                    None
+                    if v.get("chosen_copied") is None
+                    else (v["chosen_copied"], v["rejected_copied"])
+                ),
+                "sides",
+                span=(0.0, 1.0),
             ),
-            "sides",
-            span=(0.0, 1.0),
         ),
-    ),
-    severity=lambda r: (
-        3.0 * max(r.chosen_copied, r.rejected_copied, r.chosen_copied_plan, r.rejected_copied_plan)
+        severity=lambda r: (
+            3.0
+            * max(r.chosen_copied, r.rejected_copied, r.chosen_copied_plan, r.rejected_copied_plan)
+        ),
     ),
 )

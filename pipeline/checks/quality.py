@@ -5,10 +5,11 @@ general quality would let a reward model win without knowing the user."""
 from __future__ import annotations
 
 import statistics
+from typing import Annotated
 
 from pydantic import Field
 
-from pipeline.checks.base import Call, Check, Figure
+from pipeline.checks.base import Ask, Check, Figure, Released, Report
 from pipeline.records import QualityScores, Record
 
 SCORES = {k: "int32" for k in ("correctness", "relevance", "helpfulness")}
@@ -22,15 +23,15 @@ class Settings(Record):
 class Result(Record):
     chosen: QualityScores | None = None
     rejected: QualityScores | None = None
-    gap: float | None = None  # |mean chosen - mean rejected|
+    gap: Annotated[float | None, Released("quality_gap")] = None  # |mean chosen - mean rejected|
 
 
-def calls(pair) -> list[Call]:
-    q = pair.task.question
-    return [
-        Call("quality_chosen", "judge_quality", {"question": q, "answer": pair.chosen}),
-        Call("quality_rejected", "judge_quality", {"question": q, "answer": pair.rejected}),
-    ]
+def ask(side: str) -> Ask:
+    return Ask(
+        f"quality_{side}",
+        "judge_quality",
+        lambda pair, _: {"question": pair.task.question, "answer": getattr(pair, side)},
+    )
 
 
 def measure(pair, done, _) -> Result:
@@ -81,48 +82,49 @@ def decide(r: Result, s: Settings) -> list[str]:
 CHECK = Check(
     name="quality",
     order=10,
-    cost=2,
-    tasks=("judge_quality",),
+    asks=(ask("chosen"), ask("rejected")),
     samples={"judge_quality": {"question": "A question?", "answer": "An answer."}},
     settings=Settings,
     result=Result,
-    calls=calls,
-    call_names=("quality_chosen", "quality_rejected"),
     measure=measure,
     decide=decide,
-    about="quality gap",
-    docs={
-        "min_quality": "each answer's mean judge score (correctness, relevance, helpfulness) ≥",
-        "max_quality_gap": "difference between the two answers' mean judge scores ≤",
-    },
-    features={"quality_gap": "float64"},
-    released=lambda r: {"quality_gap": r.gap},
-    columns={
-        "quality": (
-            {"chosen": SCORES, "rejected": SCORES},
-            "judge scores 1–5 (correctness, relevance, helpfulness) for each answer",
-            lambda r: {
-                side: s.model_dump(exclude={"rationale"}) if (s := getattr(r, side)) else None
-                for side in ("chosen", "rejected")
-            },
-        )
-    },
-    figures=(
-        Figure(
-            "quality", "judge score, mean of three (1–5)", sides("mean"), "sides", span=(0.75, 5.25)
+    report=Report(
+        about="quality gap",
+        docs={
+            "min_quality": "each answer's mean judge score (correctness, relevance, helpfulness) ≥",
+            "max_quality_gap": "difference between the two answers' mean judge scores ≤",
+        },
+        columns={
+            "quality": (
+                {"chosen": SCORES, "rejected": SCORES},
+                "judge scores 1–5 (correctness, relevance, helpfulness) for each answer",
+                lambda r: {
+                    side: s.model_dump(exclude={"rationale"}) if (s := getattr(r, side)) else None
+                    for side in ("chosen", "rejected")
+                },
+            )
+        },
+        figures=(
+            Figure(
+                "quality",
+                "judge score, mean of three (1–5)",
+                sides("mean"),
+                "sides",
+                span=(0.75, 5.25),
+            ),
+            *(
+                Figure(f"quality_{c}", f"{c} (1–5)", sides(c), "sides", span=(0.75, 5.25))
+                for c in SCORES
+            ),
+            Figure(
+                "quality_gap",
+                "quality gap, chosen − rejected (1–5)",
+                gap,
+                fmt="{:+.3f}",
+                plot=False,
+                breakdown=True,
+            ),
         ),
-        *(
-            Figure(f"quality_{c}", f"{c} (1–5)", sides(c), "sides", span=(0.75, 5.25))
-            for c in SCORES
-        ),
-        Figure(
-            "quality_gap",
-            "quality gap, chosen − rejected (1–5)",
-            gap,
-            fmt="{:+.3f}",
-            plot=False,
-            breakdown=True,
-        ),
+        severity=lambda r: 3 * (r.gap or 0),
     ),
-    severity=lambda r: 3 * (r.gap or 0),
 )

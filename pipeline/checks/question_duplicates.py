@@ -7,7 +7,7 @@ from __future__ import annotations
 from pydantic import Field
 from rapidfuzz import fuzz
 
-from pipeline.checks.base import Check
+from pipeline.checks.base import Check, Report
 from pipeline.records import Record
 
 
@@ -45,12 +45,11 @@ CHECK = Check(
     prepare=duplicates,
     measure=lambda pair, _, dups: Result(duplicate_of=dups.get(pair.pair_id)),
     decide=lambda r, s: ["near_duplicate_question"] if r.duplicate_of else [],
-    about="",
-    docs={
-        "max_question_similarity": "two questions of one persona at least this similar "
-        "(token-set ratio) are duplicates; the later pair is dropped:",
-    },
-    features={},
-    released=lambda r: {},
-    severity=lambda r: 2 * bool(r.duplicate_of),
+    report=Report(
+        docs={
+            "max_question_similarity": "two questions of one persona at least this similar "
+            "(token-set ratio) are duplicates; the later pair is dropped:",
+        },
+        severity=lambda r: 2 * bool(r.duplicate_of),
+    ),
 )

@@ -15,7 +15,7 @@ import re
 
 from pydantic import Field
 
-from pipeline.checks.base import Check, Figure
+from pipeline.checks.base import Check, Figure, Report, released
 from pipeline.paths import DATA
 from pipeline.records import Pair, Record
 
@@ -71,6 +71,14 @@ class Result(Record):
     # posts in English is owed a French answer
     own_language: str | None = None
     own_language_p: float | None = None
+
+    @released("bool")
+    def chosen_bad_text(self) -> bool:
+        return bool(why(self.chosen, self))
+
+    @released("bool")
+    def rejected_bad_text(self) -> bool:
+        return bool(why(self.rejected, self))
 
 
 @functools.cache
@@ -167,10 +175,6 @@ def decide(r: Result, s: Settings) -> list[str]:
     return ["bad_text"] if s.drop_bad_text and bad else []
 
 
-def _bad(r: Result, which: str) -> bool:
-    return bool(why(getattr(r, which), r))
-
-
 CHECK = Check(
     name="text_sanity",
     floor=True,
@@ -179,30 +183,27 @@ CHECK = Check(
     result=Result,
     measure=measure,
     decide=decide,
-    about="whether each answer has broken encoding, prompt or template residue, or another "
-    "language than its question",
-    docs={
-        "min_language_confidence": "langid's confidence needed to name a text's language:",
-        "drop_bad_text": "drop a pair where an answer has broken encoding, prompt or template "
-        "residue, or is in another language than its question",
-    },
-    features={"chosen_bad_text": "bool", "rejected_bad_text": "bool"},
-    released=lambda r: {
-        "chosen_bad_text": _bad(r, "chosen"),
-        "rejected_bad_text": _bad(r, "rejected"),
-    },
-    figures=(
-        Figure(
-            "bad_text",
-            "pairs where an answer has bad text",
-            lambda v: (
-                None
-                if v.get("chosen_bad_text") is None
-                else float(v["chosen_bad_text"] or v["rejected_bad_text"])
+    report=Report(
+        about="whether each answer has broken encoding, prompt or template residue, or another "
+        "language than its question",
+        docs={
+            "min_language_confidence": "langid's confidence needed to name a text's language:",
+            "drop_bad_text": "drop a pair where an answer has broken encoding, prompt or template "
+            "residue, or is in another language than its question",
+        },
+        figures=(
+            Figure(
+                "bad_text",
+                "pairs where an answer has bad text",
+                lambda v: (
+                    None
+                    if v.get("chosen_bad_text") is None
+                    else float(v["chosen_bad_text"] or v["rejected_bad_text"])
+                ),
+                fmt="{:.1%}",
+                plot=False,
             ),
-            fmt="{:.1%}",
-            plot=False,
         ),
+        severity=lambda r: 3.0 * (r.chosen_bad_text + r.rejected_bad_text),
     ),
-    severity=lambda r: 3.0 * (_bad(r, "chosen") + _bad(r, "rejected")),
 )

@@ -310,7 +310,7 @@ def render_card(
     total = sum(counts.values())
     fmt = method_words(manifest)
     reasons = manifest.drop_reasons
-    docs = {k: v for c in CHECKS for k, v in c.docs.items()}
+    docs = {k: v for c in CHECKS for k, v in c.report.docs.items()}
     thresholds = [k for k in setting_names() if k in cfg["filters"]]
     variables = {
         "name": manifest.name,

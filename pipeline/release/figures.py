@@ -15,7 +15,7 @@ from pipeline.stats import wilson
 
 
 def declared() -> list[tuple[Check, Figure]]:
-    return [(c, f) for c in CHECKS for f in c.figures]
+    return [(c, f) for c in CHECKS for f in c.report.figures]
 
 
 def in_breakdowns() -> set[str]:
@@ -26,10 +26,10 @@ def of_record(record: FilterRecord) -> dict[str, Any]:
     """A filtered pair's figures, by figure key (a check that did not run leaves none)."""
     out: dict[str, Any] = {}
     for check in CHECKS:
-        result = check.read(record) if check.figures else None
+        result = check.read(record) if check.report.figures else None
         if result is not None:
             view = check.view(result)
-            out |= {f.key: f.value(view) for f in check.figures}
+            out |= {f.key: f.value(view) for f in check.report.figures}
     return out
 
 
@@ -37,9 +37,9 @@ def of_row(row: dict) -> dict[str, Any]:
     """A released row's figures, from the columns the checks release."""
     out: dict[str, Any] = {}
     for check in CHECKS:
-        view = check.row_view(row) if check.figures else None
+        view = check.row_view(row) if check.report.figures else None
         if view is not None:
-            out |= {f.key: _safe(f, view) for f in check.figures}
+            out |= {f.key: _safe(f, view) for f in check.report.figures}
     return out
 
 

@@ -88,10 +88,10 @@ def _feature(spec):
 def _columns() -> dict[str, tuple[object, str]]:
     cols = dict(_BEFORE_CHECKS)
     for c in CHECKS:
-        cols |= {name: (dtype, doc) for name, (dtype, doc, _) in c.columns.items()}
+        cols |= {name: (dtype, doc) for name, (dtype, doc, _) in c.report.columns.items()}
     cols["pair_checks"] = (
         {k: v for c in CHECKS for k, v in c.features.items()},
-        ", ".join(c.about for c in CHECKS if c.about),
+        ", ".join(c.report.about for c in CHECKS if c.report.about),
     )
     return cols | _AFTER_CHECKS
 
@@ -122,7 +122,8 @@ def to_row(f: FilterRecord, ann: AnnotationRecord) -> dict:
     results = {c.name: c.read(f) for c in CHECKS}
     for c in CHECKS:  # a check that did not run (no judge qualified) leaves its columns null
         r = results[c.name]
-        row |= {name: None if r is None else value(r) for name, (_, _, value) in c.columns.items()}
+        columns = c.report.columns.items()
+        row |= {name: None if r is None else value(r) for name, (_, _, value) in columns}
     row["pair_checks"] = {  # a check switched off (counterfactual by default) leaves nulls
         k: v
         for c in CHECKS

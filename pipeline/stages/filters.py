@@ -28,11 +28,6 @@ from pipeline.stages.base import RunContext, Stage, process_stage
 from pipeline.store import Records
 
 
-def calls_of(check, pair: Pair, shared: dict) -> list:
-    """A check's judge calls for a pair; a check with a `prepare` also gets what it made."""
-    return check.calls(pair, shared[check.name]) if check.prepare else check.calls(pair)
-
-
 async def qualification(ctx: RunContext, pairs: Records, shared: dict | None = None) -> dict | None:
     """The judge answers a calibration set made of answers above the model-free floor, before
     any judge check: a judge that cannot tell a sound answer from a broken one stops the build
@@ -106,7 +101,7 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
             if (any(reasons.values()) or errors) and len(rounds) > 1:  # dropped already
                 skipped += [c.name for c in group]
                 continue
-            planned = [(c, call) for c in group for call in calls_of(c, pair, shared)]
+            planned = [(c, call) for c in group for call in c.calls(pair, shared.get(c.name))]
             answers = await asyncio.gather(*(ask(call) for _, call in planned))
             for (_, call), answer in zip(planned, answers, strict=True):
                 if isinstance(answer, LLMError):

@@ -102,7 +102,7 @@ PROBED = (
     "rejected_for",
     "category",
     "pair_checks",
-    *(name for c in CHECKS for name in c.columns),
+    *(name for c in CHECKS for name in c.report.columns),
 )
 
 
