@@ -120,7 +120,7 @@ def test_every_derived_view_agrees_with_the_registries():
     assert [c.cost for c in sorted(CHECKS, key=lambda c: c.cost)][0] == 0
 
 
-# --- eight change scenarios, on a copy of the tree ----------------------------------------------
+# --- nine change scenarios, on a copy of the tree -----------------------------------------------
 
 STAGE_MODULE = '''"""Added by a test: passes on every task with a question, in a funnel row."""
 
@@ -274,6 +274,38 @@ class KeyHeaderBackend(OpenAIBackend):
         reply.tokens = {**reply.tokens, "via": "keyheader"}
         return reply
 '''
+FREE_CHECK_MODULE = '''"""Added by a test: exclamation marks in each answer, model-free."""
+
+from typing import Annotated
+
+from pydantic import Field
+
+from pipeline.checks.base import Check, Figure, Released, Report
+from pipeline.records import Record
+
+
+class Settings(Record):
+    max_exclamations: int = Field(1000, ge=0)
+
+
+class Result(Record):
+    chosen: Annotated[int, Released("chosen_exclamations")]
+    rejected: Annotated[int, Released("rejected_exclamations")]
+
+
+CHECK = Check(
+    name="exclamations", order=80, settings=Settings, result=Result,
+    measure=lambda p, _, __: Result(chosen=p.chosen.count("!"), rejected=p.rejected.count("!")),
+    decide=lambda r, s: ["exclaiming"] if max(r.chosen, r.rejected) > s.max_exclamations else [],
+    report=Report(
+        about="exclamation marks in each answer",
+        docs={"max_exclamations": "exclamation marks in an answer ≤"},
+        figures=(Figure("exclamations", "exclamation marks per answer",
+                        lambda v: (v["chosen_exclamations"], v["rejected_exclamations"]),
+                        "sides"),),
+    ),
+)
+'''
 PROBE_MODULE = '''"""Added by a test: the answer asking more questions wins."""
 
 from pipeline.probes.base import ProbeSpec, more_wins, rule
@@ -343,7 +375,7 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def test_eight_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
+def test_nine_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
     tree = checkout_copy(tmp_path / "prb")
     touched: dict[str, set[str]] = {}
 
@@ -427,6 +459,8 @@ def test_eight_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url
             '        "keyheader": "pipeline.llm.backends.keyheader:KeyHeaderBackend",\n',
         ),
     )
+    # a model-free check: its module alone
+    write("model-free check", "pipeline/checks/exclamations.py", FREE_CHECK_MODULE)
     # a probe: one module, found by the probes' package
     write("probe", "pipeline/probes/questions.py", PROBE_MODULE)
     # the files each change touches (its test aside)
@@ -434,6 +468,7 @@ def test_eight_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url
         "stage": 2,  # module + its name in the registry
         "model stage": 3,  # module (with its output model) + prompt + its name
         "check": 2,  # module (with its output model) + prompt
+        "model-free check": 1,
         "strategy": 1,
         "source": 1,
         "reward model": 2,
@@ -541,6 +576,13 @@ def test_eight_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url
     cache = sqlite3.connect(tmp_path / "outputs" / "cache.sqlite")
     vias = {json.loads(u).get("via") for (u,) in cache.execute("SELECT usage FROM responses")}
     assert vias == {"keyheader"}
+    # the model-free check: measured on every pair before any judge, released, documented
+    assert all(r["checks"]["exclamations"]["chosen"] >= 0 for r in records)
+    assert all(not any(k.startswith("excl") for k in r["calls"]) for r in records)
+    assert all(isinstance(r["pair_checks"]["chosen_exclamations"], int) for r in rows)
+    assert "`max_exclamations`" in card and "exclamation marks in each answer" in card
+    assert manifest["config"]["filters"]["max_exclamations"] == 1000
+    assert "exclamations" in {f["key"] for f in audit["figures"]["all judged"]}
     # the probe: in the audit of the release, with its interval
     probes = json.loads((run_dir / "audit" / "audit.json").read_text())["probes"]["probes"]
     assert "cue: question marks" in {p["name"] for p in probes}
