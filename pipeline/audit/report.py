@@ -20,6 +20,7 @@ from pipeline import probes
 from pipeline.audit.null import null_test
 from pipeline.audit.null import warnings as null_warnings
 from pipeline.checks import CHECKS, FilterConfig
+from pipeline.checks.base import Figure
 from pipeline.errors import PrbError
 from pipeline.paths import resolve_path
 from pipeline.records import (
@@ -186,14 +187,80 @@ def worst_pairs(records: list[FilterRecord], n: int = WORST_N) -> list[dict]:
 # --- plots --------------------------------------------------------------------------------------
 
 
-def _plots(data: RunData, rows: list[dict], report: dict, out: Path) -> dict[str, str]:
-    """The report's plots, from the pair rows and the figures `compute` made of them."""
+def _funnel(ax, funnel: list[dict]) -> None:
+    stages = [f["stage"] for f in funnel][::-1]
+    counts = [f["count"] for f in funnel][::-1]
+    ax.barh(stages, counts, color="#4c72b0")
+    for y, n in enumerate(counts):
+        ax.text(n, y, f" {n}", va="center")
+    ax.set_xlabel("records")
+    ax.set_title("Funnel, stage by stage")
+    ax.set_xlim(0, max(counts + [1]) * 1.15)
+
+
+def _panel(ax, f: Figure, rows: list[dict], settings) -> None:
+    """One figure of a check over the judged pairs: chosen and rejected side by side, or all
+    judged under kept; its expected band and the check's thresholds drawn on it."""
     import numpy as np
 
+    values = [(row["figures"].get(f.key), row["kept"]) for row in rows]
+    values = [(v, kept) for v, kept in values if v is not None]
+    if f.summary == "sides":  # side by side, so equal distributions show as twin bars
+        ax.hist(
+            [[float(v[0]) for v, _ in values], [float(v[1]) for v, _ in values]],
+            bins=12,
+            range=f.span,
+            label=["chosen", "rejected"],
+            color=["#55a868", "#c44e52"],
+        )
+    else:
+        edges = list(np.histogram_bin_edges([float(v) for v, _ in values], bins=30, range=f.span))
+        ax.hist(
+            [float(v) for v, _ in values],
+            bins=edges,
+            color="#8172b2",
+            alpha=0.5,
+            label="all judged",
+        )
+        ax.hist([float(v) for v, kept in values if kept], bins=edges, color="#8172b2", label="kept")
+    if f.expect and f.expect[0] < f.expect[1]:
+        ax.axvspan(*f.expect, color="#55a868", alpha=0.12, label="expected")
+    for x in f.lines(settings):
+        ax.axvline(x, color="#c44e52", ls="--", lw=1)
+    ax.set_title(f.label, fontsize=8)
+    ax.set_ylabel("pairs")
+    ax.legend(fontsize=7)
+
+
+def _breakdown(ax, groups: list[dict], by: str, shares: list[Figure]) -> None:
+    """Keep rate and each share figure per strategy or category, each bar with its k/n."""
+    names = [g[by].replace("_and_", " & ").replace("_", " ") for g in groups]
+    width = 0.8 / (1 + len(shares))
+    xs = range(len(groups))
+    ax.bar(
+        [x - 0.4 + width / 2 for x in xs],
+        [g["keep_rate"] for g in groups],
+        width,
+        label="keep rate",
+    )
+    for i, f in enumerate(shares, 1):
+        found = [g["figures"].get(f.key) for g in groups]
+        xi = [x - 0.4 + width * (i + 0.5) for x in xs]
+        ax.bar(xi, [(s or {}).get("value") or 0 for s in found], width, label=f.label)
+        for x, s in zip(xi, found, strict=True):  # how many trials each bar rests on
+            label = f"{s['k']}/{s['n']}" if s and s.get("n") else "n/a"
+            ax.text(x, ((s or {}).get("value") or 0) + 0.02, label, ha="center", fontsize=7)
+    ax.axhline(0.5, color="grey", ls=":", lw=1)
+    ax.set_xticks(list(xs), names, fontsize=8)
+    ax.set_ylim(0, 1.1)
+    ax.set_title(f"By {by}")
+
+
+def _plots(data: RunData, rows: list[dict], report: dict, out: Path) -> dict[str, str]:
+    """The report's plots, from the pair rows and the figures `compute` made of them."""
     from pipeline.reports import pyplot
 
     plt = pyplot()
-
     out.mkdir(parents=True, exist_ok=True)
     files: dict[str, str] = {}
 
@@ -204,14 +271,7 @@ def _plots(data: RunData, rows: list[dict], report: dict, out: Path) -> dict[str
         files[name.removesuffix(".png")] = f"plots/{name}"
 
     fig, ax = plt.subplots(figsize=(7, 3.2))
-    stages = [f["stage"] for f in report["funnel"]][::-1]
-    counts = [f["count"] for f in report["funnel"]][::-1]
-    ax.barh(stages, counts, color="#4c72b0")
-    for y, n in enumerate(counts):
-        ax.text(n, y, f" {n}", va="center")
-    ax.set_xlabel("records")
-    ax.set_title("Funnel, stage by stage")
-    ax.set_xlim(0, max(counts + [1]) * 1.15)
+    _funnel(ax, report["funnel"])
     save(fig, "funnel.png")
 
     for check in CHECKS:  # one plot per check: a panel per figure it declares for plotting
@@ -229,67 +289,14 @@ def _plots(data: RunData, rows: list[dict], report: dict, out: Path) -> dict[str
         )
         fig, axes = plt.subplots(1, len(shown), figsize=(3.2 * len(shown) + 1, 3), squeeze=False)
         for ax, f in zip(axes[0], shown, strict=True):
-            values = [(row["figures"].get(f.key), row["kept"]) for row in rows]
-            values = [(v, kept) for v, kept in values if v is not None]
-            if f.summary == "sides":  # side by side, so equal distributions show as twin bars
-                ax.hist(
-                    [[float(v[0]) for v, _ in values], [float(v[1]) for v, _ in values]],
-                    bins=12,
-                    range=f.span,
-                    label=["chosen", "rejected"],
-                    color=["#55a868", "#c44e52"],
-                )
-            else:
-                edges = list(
-                    np.histogram_bin_edges([float(v) for v, _ in values], bins=30, range=f.span)
-                )
-                ax.hist(
-                    [float(v) for v, _ in values],
-                    bins=edges,
-                    color="#8172b2",
-                    alpha=0.5,
-                    label="all judged",
-                )
-                ax.hist(
-                    [float(v) for v, kept in values if kept],
-                    bins=edges,
-                    color="#8172b2",
-                    label="kept",
-                )
-            if f.expect and f.expect[0] < f.expect[1]:
-                ax.axvspan(*f.expect, color="#55a868", alpha=0.12, label="expected")
-            for x in f.lines(settings):
-                ax.axvline(x, color="#c44e52", ls="--", lw=1)
-            ax.set_title(f.label, fontsize=8)
-            ax.set_ylabel("pairs")
-            ax.legend(fontsize=7)
+            _panel(ax, f, rows, settings)
         fig.suptitle(f"Check: {check.name}")
         save(fig, f"check_{check.name}.png")
 
     shares = [f for _, f in figures.declared() if f.summary == "share"]
     fig, axes = plt.subplots(1, 2, figsize=(12, 3.4))
     for ax, by in zip(axes, ("strategy", "category"), strict=True):
-        groups = report[f"by_{by}"]
-        names = [g[by].replace("_and_", " & ").replace("_", " ") for g in groups]
-        width = 0.8 / (1 + len(shares))
-        xs = range(len(groups))
-        ax.bar(
-            [x - 0.4 + width / 2 for x in xs],
-            [g["keep_rate"] for g in groups],
-            width,
-            label="keep rate",
-        )
-        for i, f in enumerate(shares, 1):
-            found = [g["figures"].get(f.key) for g in groups]
-            xi = [x - 0.4 + width * (i + 0.5) for x in xs]
-            ax.bar(xi, [(s or {}).get("value") or 0 for s in found], width, label=f.label)
-            for x, s in zip(xi, found, strict=True):  # how many trials each bar rests on
-                label = f"{s['k']}/{s['n']}" if s and s.get("n") else "n/a"
-                ax.text(x, ((s or {}).get("value") or 0) + 0.02, label, ha="center", fontsize=7)
-        ax.axhline(0.5, color="grey", ls=":", lw=1)
-        ax.set_xticks(list(xs), names, fontsize=8)
-        ax.set_ylim(0, 1.1)
-        ax.set_title(f"By {by}")
+        _breakdown(ax, report[f"by_{by}"], by, shares)
     axes[0].legend(fontsize=7)
     save(fig, "breakdowns.png")
     return files

@@ -24,7 +24,9 @@ import random
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -191,99 +193,75 @@ async def _accuracy(cfg, spec: str, rows: list[dict], context: str) -> tuple[str
         return rm.name, metrics(scores)["accuracy"]
 
 
-def run(
-    release: str,
-    specs: list[str],
-    cfg,
-    policy: Path,
-    out: Path,
-    *,
-    oracle: str | None = None,
-    context: str = "profile",
-) -> dict:
-    """Everything `prb eval rl` does; writes out/rl.{md,csv,json,png}."""
-    import trl
+@dataclass
+class Trial:
+    """What every reward model's run shares: the release split by user, the policy, the oracle,
+    and the untrained policy's answers and grades on the held-out users."""
 
-    from pipeline.eval.bon import correlation, scatter_plot
-    from pipeline.eval.report import to_markdown
-    from pipeline.rl.server import Background
+    cfg: Any
+    policy: Path
+    oracle: str
+    context: str
+    rows: list[dict]
+    train_rows: list[dict]
+    held: list[dict]
 
-    s = cfg.rl
-    if not (Path(policy) / "config.json").is_file():
-        raise RLError(f"--policy {policy}: not a Hugging Face model folder (no config.json)")
-    rows, _ = load_rows(release)
-    train_rows, held = split_users(rows, s.held_out, s.seed)
-    oracle = oracle or cfg.model.judge
-    out.mkdir(parents=True, exist_ok=True)
-    before = generate(policy, held, s.max_new_tokens, s.device)
-    base = asyncio.run(_grade(cfg, oracle, held, before))
-    results = []
-    with tempfile.TemporaryDirectory(prefix="prb-rl-") as tmp:
-        for k, spec in enumerate(specs):
-            name, acc = asyncio.run(_accuracy(cfg, spec, rows, context))
-            work = Path(tmp) / str(k)
-            with Background(spec, cfg, context) as url:
-                trained, stats = train(Path(policy), url, train_rows, s, work)
-            after = generate(trained, held, s.max_new_tokens, s.device)
-            graded = asyncio.run(_grade(cfg, oracle, held, after))
-            shutil.rmtree(work, ignore_errors=True)
-            results.append(
-                {
-                    "model": name,
-                    "accuracy": acc,
-                    "oracle_before": float(np.mean(list(base.values()))),
-                    "oracle_after": float(np.mean(list(graded.values()))),
-                    **stats,
-                    "answers": {
-                        i: {
-                            "before": before[i],
-                            "after": after[i],
-                            "grade_before": base[i],
-                            "grade_after": graded[i],
-                        }
-                        for i in graded
-                    },
+    def __post_init__(self) -> None:
+        s = self.cfg.rl
+        self.before = generate(self.policy, self.held, s.max_new_tokens, s.device)
+        self.base = asyncio.run(_grade(self.cfg, self.oracle, self.held, self.before))
+
+    def against(self, spec: str, work: Path) -> dict:
+        """One reward model: its accuracy on the release, and the policy trained against it,
+        graded on the held-out users beside the untrained policy's grades."""
+        from pipeline.rl.server import Background
+
+        cfg, s, held = self.cfg, self.cfg.rl, self.held
+        name, acc = asyncio.run(_accuracy(cfg, spec, self.rows, self.context))
+        with Background(spec, cfg, self.context) as url:
+            trained, stats = train(self.policy, url, self.train_rows, s, work)
+        after = generate(trained, held, s.max_new_tokens, s.device)
+        graded = asyncio.run(_grade(cfg, self.oracle, held, after))
+        shutil.rmtree(work, ignore_errors=True)
+        found = {
+            "model": name,
+            "accuracy": acc,
+            "oracle_before": float(np.mean(list(self.base.values()))),
+            "oracle_after": float(np.mean(list(graded.values()))),
+            **stats,
+            "answers": {
+                i: {
+                    "before": self.before[i],
+                    "after": after[i],
+                    "grade_before": self.base[i],
+                    "grade_after": graded[i],
                 }
-            )
-            results[-1]["rl_gain"] = results[-1]["oracle_after"] - results[-1]["oracle_before"]
-    df = pd.DataFrame([{k: v for k, v in r.items() if k != "answers"} for r in results])
-    df = df[
-        [
-            "model",
-            "accuracy",
-            "rl_gain",
-            "oracle_before",
-            "oracle_after",
-            "reward_first",
-            "reward_last",
-            "steps",
-            "seconds_per_step",
-        ]
-    ]
-    # against the trained policies' grades: the same order as the gains (the untrained grade is
-    # one number for all), and non-negative, as NDCG's gains must be
-    corr = correlation(df["accuracy"].tolist(), df["oracle_after"].tolist())
-    settings = {
-        "algorithm": "GRPO",
-        "trl": trl.__version__,
-        "policy": str(policy),
-        "oracle": oracle,
-        "context": context,
-        "train_prompts": len(train_rows),
-        "held_out_prompts": len(held),
-        **s.model_dump(),
-    }
-    fmt = lambda x: "n/a" if x != x else f"{x:.3f}"  # noqa: E731  (NaN: constant input)
-    notes = [
-        f"GRPO (TRL {trl.__version__}) for {s.steps} steps per reward model, batch {s.batch_size}"
-        f" ({s.num_generations} completions per prompt), lr {s.learning_rate}, KL {s.kl}, "
-        f"{s.max_new_tokens} new tokens, device {s.device}; {len(train_rows)} training "
-        f"prompts, {len(held)} held-out prompts graded by the oracle `{oracle}`.",
-        "`rl_gain`: the trained policy's mean oracle grade (0-1) on held-out questions minus "
-        "the untrained policy's.",
-        f"Accuracy vs RL gain over {corr['models']} models: Spearman {fmt(corr['spearman'])}, "
-        f"Kendall {fmt(corr['kendall'])}, NDCG {fmt(corr['ndcg'])}.",
-    ]
+                for i in graded
+            },
+        }
+        return found | {"rl_gain": found["oracle_after"] - found["oracle_before"]}
+
+
+COLUMNS = [
+    "model",
+    "accuracy",
+    "rl_gain",
+    "oracle_before",
+    "oracle_after",
+    "reward_first",
+    "reward_last",
+    "steps",
+    "seconds_per_step",
+]
+
+
+def _write(
+    out: Path, df: pd.DataFrame, corr: dict, settings: dict, results: list[dict], notes: list[str]
+) -> dict[str, Path]:
+    """rl.md, rl.csv, rl.png and rl.json (with every answer and grade)."""
+    from pipeline.eval.bon import scatter_plot
+    from pipeline.eval.report import to_markdown
+
     paths = {
         "markdown": out / "rl.md",
         "csv": out / "rl.csv",
@@ -310,4 +288,59 @@ def run(
         + "\n",
         "utf-8",
     )
+    return paths
+
+
+def run(
+    release: str,
+    specs: list[str],
+    cfg,
+    policy: Path,
+    out: Path,
+    *,
+    oracle: str | None = None,
+    context: str = "profile",
+) -> dict:
+    """Everything `prb eval rl` does; writes out/rl.{md,csv,json,png}."""
+    import trl
+
+    from pipeline.eval.bon import correlation
+
+    s = cfg.rl
+    if not (Path(policy) / "config.json").is_file():
+        raise RLError(f"--policy {policy}: not a Hugging Face model folder (no config.json)")
+    rows, _ = load_rows(release)
+    train_rows, held = split_users(rows, s.held_out, s.seed)
+    oracle = oracle or cfg.model.judge
+    out.mkdir(parents=True, exist_ok=True)
+    trial = Trial(cfg, Path(policy), oracle, context, rows, train_rows, held)
+    with tempfile.TemporaryDirectory(prefix="prb-rl-") as tmp:
+        results = [trial.against(spec, Path(tmp) / str(k)) for k, spec in enumerate(specs)]
+    df = pd.DataFrame([{k: v for k, v in r.items() if k != "answers"} for r in results])
+    df = df[COLUMNS]
+    # against the trained policies' grades: the same order as the gains (the untrained grade is
+    # one number for all), and non-negative, as NDCG's gains must be
+    corr = correlation(df["accuracy"].tolist(), df["oracle_after"].tolist())
+    settings = {
+        "algorithm": "GRPO",
+        "trl": trl.__version__,
+        "policy": str(policy),
+        "oracle": oracle,
+        "context": context,
+        "train_prompts": len(train_rows),
+        "held_out_prompts": len(held),
+        **s.model_dump(),
+    }
+    fmt = lambda x: "n/a" if x != x else f"{x:.3f}"  # noqa: E731  (NaN: constant input)
+    notes = [
+        f"GRPO (TRL {trl.__version__}) for {s.steps} steps per reward model, batch {s.batch_size}"
+        f" ({s.num_generations} completions per prompt), lr {s.learning_rate}, KL {s.kl}, "
+        f"{s.max_new_tokens} new tokens, device {s.device}; {len(train_rows)} training "
+        f"prompts, {len(held)} held-out prompts graded by the oracle `{oracle}`.",
+        "`rl_gain`: the trained policy's mean oracle grade (0-1) on held-out questions minus "
+        "the untrained policy's.",
+        f"Accuracy vs RL gain over {corr['models']} models: Spearman {fmt(corr['spearman'])}, "
+        f"Kendall {fmt(corr['kendall'])}, NDCG {fmt(corr['ndcg'])}.",
+    ]
+    paths = _write(out, df, corr, settings, results, notes)
     return {"table": df, "correlation": corr, "settings": settings, "paths": paths}

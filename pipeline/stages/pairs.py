@@ -141,53 +141,72 @@ def swap_partners(rubrics: Records) -> Mapping[str, tuple[str, list[dict], list[
     return SwapPartners(file, {task: offsets[other.profile] for task, other in found.items()})
 
 
-async def run(ctx: RunContext, rubrics: Records) -> Records:
-    prompts = {role: load_prompt(t) for role, t in tasks_of(ctx.cfg).items()}
-    versions = {p.task: p.ref for p in prompts.values()}
-    instructions = prompts["rejected"].extra["strategies"]
-    names = strategies(ctx.cfg, prompts["rejected"])
-    model = ctx.cfg.model.generator
-    budget = ctx.cfg.generation.word_budget
-    partners_of = swap_partners(rubrics) if SWAP in names else {}
-    others = [n for n in names if n != SWAP] or [n for n in instructions if n != SWAP]
+class Writer:
+    """What writes a run's pairs: its prompts, strategies, generator and swap partners."""
 
-    async def ask(name: str, max_tokens: int | None = None, **variables):
-        return await ctx.llm.call(
-            prompts[name], stage=STAGE.name, model=model, variables=variables, max_tokens=max_tokens
+    def __init__(self, ctx: RunContext, rubrics: Records):
+        self.ctx = ctx
+        self.prompts = {role: load_prompt(t) for role, t in tasks_of(ctx.cfg).items()}
+        self.versions = {p.task: p.ref for p in self.prompts.values()}
+        self.instructions = self.prompts["rejected"].extra["strategies"]
+        self.names = strategies(ctx.cfg, self.prompts["rejected"])
+        self.model = ctx.cfg.model.generator
+        self.budget = ctx.cfg.generation.word_budget
+        self.partners = swap_partners(rubrics) if SWAP in self.names else {}
+        # a swap task with nobody to swap with takes one of these instead
+        self.others = [n for n in self.names if n != SWAP]
+        self.others = self.others or [n for n in self.instructions if n != SWAP]
+
+    async def ask(self, role: str, max_tokens: int | None = None, **variables):
+        return await self.ctx.llm.call(
+            self.prompts[role],
+            stage=STAGE.name,
+            model=self.model,
+            variables=variables,
+            max_tokens=max_tokens,
         )
 
-    async def generate(rec: RubricRecord) -> Pair | Dropped:
-        task = rec.task
-        aspects = [a.model_dump() for a in rec.rubric_aspects]
-        strategy = pick_strategy(task.task_id, names, ctx.cfg.seed)
-        rejected_for = None
-        if strategy == SWAP and task.task_id not in partners_of:  # nobody to swap with
-            strategy = pick_strategy(task.task_id, others, ctx.cfg.seed)
+    def common(self, task: Task, aspects, key_points: list[str]) -> dict:
+        """What every answer prompt of a task is given (each uses what it needs)."""
+        return {
+            "question": task.question,
+            "key_points": key_points,
+            "aspects": [a.model_dump() for a in aspects],
+            "word_budget": self.budget,
+            "profile": [i.model_dump() for i in task.profile],
+        }
+
+    async def swapped(self, common: dict, aspects_b: list[dict], profile_b: list[dict]):
+        """The chosen prompt's answer for the swap partner: same question, key points, budget."""
+        partner = common | {"aspects": aspects_b, "profile": profile_b}
+        return await self.ask("chosen", budget_tokens(self.budget), **partner)
+
+    async def pair(self, rec: RubricRecord) -> Pair | Dropped:
+        """A task's pair: its content plan, then chosen, then rejected by its strategy."""
+        task, seed = rec.task, self.ctx.cfg.seed
+        strategy, rejected_for = pick_strategy(task.task_id, self.names, seed), None
+        if strategy == SWAP and task.task_id not in self.partners:  # nobody to swap with
+            strategy = pick_strategy(task.task_id, self.others, seed)
         profile = [i.model_dump() for i in task.profile]
-        pid = pair_id(task.persona.persona_id, task.question, profile, versions)
+        pid = pair_id(task.persona.persona_id, task.question, profile, self.versions)
         try:
             plan = None
-            if "content_plan" in prompts:
-                plan = await ask("content_plan", question=task.question)
+            if "content_plan" in self.prompts:
+                plan = await self.ask("content_plan", question=task.question)
             key_points = plan.value.key_points if plan else []
-            common = {
-                "question": task.question,
-                "key_points": key_points,
-                "aspects": aspects,
-                "word_budget": budget,
-                "profile": profile,
-            }
-            chosen = await ask("chosen", budget_tokens(budget), **common)
+            common = self.common(task, rec.rubric_aspects, key_points)
+            chosen = await self.ask("chosen", budget_tokens(self.budget), **common)
             if strategy == SWAP:
-                rejected_for, aspects_b, profile_b = partners_of[task.task_id]
-                rejected = await swapped(common, aspects_b, profile_b)
+                rejected_for, aspects_b, profile_b = self.partners[task.task_id]
+                rejected = await self.swapped(common, aspects_b, profile_b)
             else:
-                rejected = await ask(
+                instruction = self.instructions[strategy]
+                rejected = await self.ask(
                     "rejected",
-                    budget_tokens(budget),
+                    budget_tokens(self.budget),
                     **common,
                     strategy=strategy,
-                    strategy_instruction=instructions[strategy],
+                    strategy_instruction=instruction,
                 )
         except LLMError as e:  # a PermanentLLMError is not one: the run stops
             return Dropped(
@@ -203,29 +222,19 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
             rejected=rejected.value,
             rejected_strategy=strategy,
             rejected_for=rejected_for,
-            generator_model=model,
-            prompt_versions=versions,
+            generator_model=self.model,
+            prompt_versions=self.versions,
             calls=({"content_plan": plan.key} if plan else {})
             | {"chosen": chosen.key, "rejected": rejected.key},
         )
 
-    async def swapped(common: dict, aspects_b: list[dict], profile_b: list[dict]):
-        """The chosen prompt's answer for the swap partner: same question, key points, budget."""
-        return await ask(
-            "chosen", budget_tokens(budget), **common | {"aspects": aspects_b, "profile": profile_b}
-        )
-
-    async def rewrite(pair: Pair, found) -> Pair | None:
-        _, aspects_b, profile_b = partner = partners_of[pair.task.task_id]
-        common = {
-            "question": pair.task.question,
-            "key_points": pair.key_points,
-            "aspects": [a.model_dump() for a in pair.rubric_aspects],
-            "word_budget": budget,
-            "profile": [i.model_dump() for i in pair.task.profile],
-        }
+    async def rewrite(self, pair: Pair, found) -> Pair | None:
+        """The pair with its rejected answer asked again by persona_swap (the gate found it
+        leaking); None if that call failed."""
+        _, aspects_b, profile_b = partner = self.partners[pair.task.task_id]
+        common = self.common(pair.task, pair.rubric_aspects, pair.key_points)
         try:
-            answer = await swapped(common, aspects_b, profile_b)
+            answer = await self.swapped(common, aspects_b, profile_b)
         except LLMError:  # the pair keeps its first answer; the gate's second half decides
             return None
         return pair.model_copy(
@@ -244,13 +253,17 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
             }
         )
 
-    await process_stage(STAGE, rubrics, ctx.run_dir, generate)
+
+async def run(ctx: RunContext, rubrics: Records) -> Records:
+    writer = Writer(ctx, rubrics)
+    await process_stage(STAGE, rubrics, ctx.run_dir, writer.pair)
     # (a run of persona_swap alone has nothing to rewrite: its other pairs have no partner)
     rewrite_on = ctx.cfg.generation.rewrite_artifacts and ctx.cfg.filters.artifact_gate
-    if rewrite_on and set(names) != {SWAP}:
-        partners_of = partners_of or swap_partners(rubrics)
+    if rewrite_on and set(writer.names) != {SWAP}:
+        writer.partners = writer.partners or swap_partners(rubrics)
         with timed(ctx.seconds, "pairs: artifact gate and its rewrites"):
-            ctx.changed[STAGE.funnel] = await rewrite_artifacts(ctx, rubrics, partners_of, rewrite)
+            found = await rewrite_artifacts(ctx, rubrics, writer.partners, writer.rewrite)
+            ctx.changed[STAGE.funnel] = found
     return model_stage_done(STAGE, ctx, rubrics)
 
 
