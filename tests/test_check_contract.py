@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 import pytest
 
 from pipeline.checks import CHECKS
-from pipeline.checks.base import Ask, Check, Released, Report, released, shown
+from pipeline.checks.base import Ask, Check, Released, Report, both, released, shown
 from pipeline.records import Pair, Record, Task
 
 
@@ -120,3 +120,10 @@ def test_no_bundled_check_declares_what_its_result_or_asks_already_say():
         assert set(c.features) <= marked | fields, c.name
         assert set(c.report.docs) == set(c.settings.model_fields), c.name
         assert set(c.samples) == set(c.tasks), c.name  # preflight renders each task it calls
+
+
+def test_a_sides_figure_reads_both_answers_or_nothing():
+    read = both("chosen_x", "rejected_x")
+    assert read({"chosen_x": 0.0, "rejected_x": 1}) == (0.0, 1)  # a zero is a value
+    assert read({"chosen_x": 0.5, "rejected_x": None}) is None  # one side missing: no pair
+    assert read({}) is None

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from pipeline.checks.base import Ask, Check, Figure, Released, Report
+from pipeline.checks.base import Ask, Check, Figure, Released, Report, both
 from pipeline.records import Record
 
 ASPECTS = [{"aspect": "An aspect", "evidence": "[p1] 'sample'", "reason": "A reason."}]
@@ -80,11 +80,7 @@ CHECK = Check(
             Figure(
                 "adherence",
                 "aspects satisfied (adherence judge)",
-                lambda v: (
-                    None
-                    if v.get("adherence_chosen") is None or v.get("adherence_rejected") is None
-                    else (v["adherence_chosen"], v["adherence_rejected"])
-                ),
+                both("adherence_chosen", "adherence_rejected"),
                 "sides",
                 breakdown=True,
             ),

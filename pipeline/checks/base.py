@@ -131,6 +131,16 @@ class Figure:
     lines: Callable[[Any], tuple[float, ...]] = lambda _: ()  # settings -> thresholds drawn
 
 
+def both(chosen: str, rejected: str) -> Callable[[dict], tuple | None]:
+    """A `sides` figure's reader: the two answers' released values (None: either is missing)."""
+
+    def value(view: dict) -> tuple | None:
+        found = view.get(chosen), view.get(rejected)
+        return None if None in found else found
+
+    return value
+
+
 @dataclass(frozen=True)
 class Report:
     """What a check shows of its results: the card, the release's columns, the audit."""

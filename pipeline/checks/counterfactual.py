@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pipeline.checks.base import Ask, Check, Figure, Released, Report, shown
+from pipeline.checks.base import Ask, Check, Figure, Released, Report, both, shown
 from pipeline.contrast import User, contrasts
 from pipeline.records import Record, advantage
 
@@ -129,11 +129,7 @@ CHECK = Check(
             Figure(
                 "counterfactual",
                 "chosen's advantage (0–2): true user, contrasting user",
-                lambda v: (
-                    None
-                    if v.get("advantage_true") is None
-                    else (v["advantage_true"], v["advantage_contrast"])
-                ),
+                both("advantage_true", "advantage_contrast"),
                 "sides",
             ),
         ),

@@ -12,7 +12,7 @@ from collections import Counter
 
 from pydantic import Field
 
-from pipeline.checks.base import Check, Figure, Report, released
+from pipeline.checks.base import Check, Figure, Report, both, released
 from pipeline.records import Record
 from pipeline.stats import words
 
@@ -99,21 +99,13 @@ CHECK = Check(
             Figure(
                 "repeated_lines",
                 "share of lines repeated",
-                lambda v: (
-                    None
-                    if v.get("chosen_repeated_lines") is None
-                    else (v["chosen_repeated_lines"], v["rejected_repeated_lines"])
-                ),
+                both("chosen_repeated_lines", "rejected_repeated_lines"),
                 "sides",
             ),
             Figure(
                 "loop_share",
                 "share of words in the most repeated 4-gram",
-                lambda v: (
-                    None
-                    if v.get("chosen_loop_share") is None
-                    else (v["chosen_loop_share"], v["rejected_loop_share"])
-                ),
+                both("chosen_loop_share", "rejected_loop_share"),
                 "sides",
             ),
         ),

@@ -16,7 +16,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from pipeline.checks.base import Check, Figure, Released, Report
+from pipeline.checks.base import Check, Figure, Released, Report, both
 from pipeline.records import Pair, Record
 from pipeline.stats import words
 from pipeline.text import runs
@@ -96,11 +96,7 @@ CHECK = Check(
             Figure(
                 "prompt_copy",
                 "share of words copied from the prompt's data",
-                lambda v: (
-                    None
-                    if v.get("chosen_copied") is None
-                    else (v["chosen_copied"], v["rejected_copied"])
-                ),
+                both("chosen_copied", "rejected_copied"),
                 "sides",
                 span=(0.0, 1.0),
             ),
