@@ -174,7 +174,9 @@ class Check:
 
     def __post_init__(self) -> None:
         # fails when the check is loaded (the registry's one warning line for a plugin)
-        object.__setattr__(self, "_released", release_fields(self.result))
+        found = release_fields(self.result)
+        object.__setattr__(self, "_released", found)
+        object.__setattr__(self, "_features", {name: dtype for name, (dtype, _) in found.items()})
 
     @property
     def cost(self) -> int:
@@ -194,7 +196,7 @@ class Check:
     @property
     def features(self) -> dict[str, Any]:
         """Its sub-fields of the released `pair_checks` column, as dtype names."""
-        return {name: dtype for name, (dtype, _) in self._released.items()}
+        return self._features  # read once per released row: made once
 
     def calls(self, pair: Pair, prepared: Any = None) -> list[Call]:
         """Its judge calls for a pair."""
