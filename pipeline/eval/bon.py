@@ -23,10 +23,9 @@ import pandas as pd
 from scipy import stats
 from sklearn.metrics import ndcg_score
 
-from pipeline import csvfile
 from pipeline.calls import LLMError, PermanentLLMError
 from pipeline.errors import PrbError
-from pipeline.eval.report import slug, to_markdown
+from pipeline.eval.report import slug, write_table
 from pipeline.eval.rewards import Query, RewardModel, user_context
 from pipeline.llm.client import LLM
 from pipeline.llm.prompts import load_prompt
@@ -294,8 +293,7 @@ def write_bon(
         "plot": out / "bon_vs_accuracy.png",
         "summary": out / "bon_summary.json",
     }
-    paths["markdown"].write_text(to_markdown(df, "Best-of-N downstream check", notes), "utf-8")
-    csvfile.frame_csv(df, paths["csv"], float_format="%.4f")
+    write_table(df, "Best-of-N downstream check", notes, paths)
     paths["summary"].write_text(
         json.dumps({**info, "correlation": corr}, indent=2, sort_keys=True) + "\n", "utf-8"
     )

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline import csvfile, progress
+from pipeline import progress
 from pipeline.calls import LLMError, PermanentLLMError
 from pipeline.eval.protocol import PROTOCOLS, chosen_first
-from pipeline.eval.report import bar_plot, leaderboard, slug, to_markdown
+from pipeline.eval.report import bar_plot, leaderboard, slug, write_table
 from pipeline.eval.rewards import Query, RewardModel, checked, user_context
 from pipeline.records import POINTS, PairScore, advantage
 from pipeline.release.load import ReleaseError, load_rows  # noqa: F401  (re-exported)
@@ -303,8 +303,7 @@ def write_results(
         "plot": out / "accuracy.png",
         "models": models,
     }
-    paths["markdown"].write_text(to_markdown(df, "Reward-model leaderboard", notes), "utf-8")
-    csvfile.frame_csv(df, paths["csv"], float_format="%.4f")
+    write_table(df, "Reward-model leaderboard", notes, paths)
     bar_plot(df, paths["plot"], "Personalized reward-model accuracy")
     return paths
 

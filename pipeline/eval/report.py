@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline import csvfile
 from pipeline.eval.protocol import PROTOCOLS
 from pipeline.reports import md
 
@@ -84,6 +85,13 @@ def to_markdown(df: pd.DataFrame, title: str, notes: list[str] = ()) -> str:
     lines.append("|" + "---|" * len(df.columns))
     lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join(lines) + "\n"
+
+
+def write_table(df: pd.DataFrame, title: str, notes: list[str], paths: dict[str, Path]) -> None:
+    """A results table as Markdown, with its notes, and as CSV (`paths`' markdown and csv):
+    the leaderboard's, Best-of-N's and RL's alike."""
+    paths["markdown"].write_text(to_markdown(df, title, notes), "utf-8")
+    csvfile.frame_csv(df, paths["csv"], float_format="%.4f")
 
 
 def bar_plot(df: pd.DataFrame, path: Path, title: str) -> None:

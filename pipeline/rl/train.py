@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from pipeline import csvfile
 from pipeline.errors import PrbError
 from pipeline.llm.prompts import load_prompt
 from pipeline.release.load import load_rows, user_key
@@ -260,7 +259,7 @@ def _write(
 ) -> dict[str, Path]:
     """rl.md, rl.csv, rl.png and rl.json (with every answer and grade)."""
     from pipeline.eval.bon import scatter_plot
-    from pipeline.eval.report import to_markdown
+    from pipeline.eval.report import write_table
 
     paths = {
         "markdown": out / "rl.md",
@@ -268,8 +267,7 @@ def _write(
         "plot": out / "rl.png",
         "json": out / "rl.json",
     }
-    paths["markdown"].write_text(to_markdown(df, "RL against each reward model", notes), "utf-8")
-    csvfile.frame_csv(df, paths["csv"], float_format="%.4f")
+    write_table(df, "RL against each reward model", notes, paths)
     scatter_plot(
         df,
         paths["plot"],
