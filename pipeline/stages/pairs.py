@@ -187,8 +187,6 @@ class Writer:
         strategy, rejected_for = pick_strategy(task.task_id, self.names, seed), None
         if strategy == SWAP and task.task_id not in self.partners:  # nobody to swap with
             strategy = pick_strategy(task.task_id, self.others, seed)
-        profile = [i.model_dump() for i in task.profile]
-        pid = pair_id(task.persona.persona_id, task.question, profile, self.versions)
         try:
             plan = None
             if "content_plan" in self.prompts:
@@ -212,8 +210,9 @@ class Writer:
             return Dropped(
                 stage=STAGE.name, id=task.task_id, reason=f"generator_{e.kind}", detail=e.detail
             )
+        persona = task.persona.persona_id
         return Pair(
-            pair_id=pid,
+            pair_id=pair_id(persona, task.question, common["profile"], self.versions),
             task=task,
             rubric_aspects=rec.rubric_aspects,
             narrative=rec.narrative,
