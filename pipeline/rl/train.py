@@ -204,11 +204,8 @@ class Trial:
     rows: list[dict]
     train_rows: list[dict]
     held: list[dict]
-
-    def __post_init__(self) -> None:
-        s = self.cfg.rl
-        self.before = generate(self.policy, self.held, s.max_new_tokens, s.device)
-        self.base = asyncio.run(_grade(self.cfg, self.oracle, self.held, self.before))
+    before: dict  # the untrained policy's answers to the held-out prompts
+    base: dict  # and their oracle grades
 
     def against(self, spec: str, work: Path) -> dict:
         """One reward model: its accuracy on the release, and the policy trained against it,
@@ -311,7 +308,9 @@ def run(
     train_rows, held = split_users(rows, s.held_out, s.seed)
     oracle = oracle or cfg.model.judge
     out.mkdir(parents=True, exist_ok=True)
-    trial = Trial(cfg, Path(policy), oracle, context, rows, train_rows, held)
+    before = generate(policy, held, s.max_new_tokens, s.device)
+    base = asyncio.run(_grade(cfg, oracle, held, before))
+    trial = Trial(cfg, Path(policy), oracle, context, rows, train_rows, held, before, base)
     with tempfile.TemporaryDirectory(prefix="prb-rl-") as tmp:
         results = [trial.against(spec, Path(tmp) / str(k)) for k, spec in enumerate(specs)]
     df = pd.DataFrame([{k: v for k, v in r.items() if k != "answers"} for r in results])
