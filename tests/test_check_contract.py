@@ -104,22 +104,17 @@ def test_call_names_tasks_and_cost_follow_from_the_asks():
     assert _check().cost == 0 and _check().calls(pair) == []  # model-free
 
 
-def test_no_bundled_check_declares_what_its_result_or_asks_already_say():
-    """Every released sub-field is a field or value of the result; every judge check's cost is
-    its asks; a check's report documents exactly its settings."""
+def test_each_bundled_check_releases_its_own_names_and_documents_what_it_has():
+    """A released sub-field belongs to one check (the `pair_checks` struct would keep only the
+    last of two alike), a check's report documents exactly its settings, and the preflight
+    renders every prompt task it calls."""
+    owner: dict[str, str] = {}
     for c in CHECKS:
-        fields = set(c.result.model_fields) | {
-            n for k in c.result.__mro__ for n, v in vars(k).items() if isinstance(v, property)
-        }
-        marked = {
-            m.name or n
-            for n, f in c.result.model_fields.items()
-            for m in f.metadata
-            if isinstance(m, Released)
-        }
-        assert set(c.features) <= marked | fields, c.name
+        for name in c.features:
+            assert name not in owner, f"{name}: released by {owner.get(name)} and {c.name}"
+            owner[name] = c.name
         assert set(c.report.docs) == set(c.settings.model_fields), c.name
-        assert set(c.samples) == set(c.tasks), c.name  # preflight renders each task it calls
+        assert set(c.samples) == set(c.tasks), c.name
 
 
 def test_a_sides_figure_reads_both_answers_or_nothing():
