@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from operator import attrgetter
 from pathlib import Path
 
 from pipeline.calls import LLMError, PermanentLLMError
@@ -66,19 +67,14 @@ def degenerate(text: str) -> str:
     return "\n".join([first] * 6)
 
 
-def pair_id(pair) -> str:
-    return pair.pair_id
-
-
 def items(pairs, n: int, sound=lambda _: True) -> list[dict]:
     """Up to n sound answers (chosen answers of distinct questions, by pair id, so a resumed
     run asks the same; of pairs `sound` accepts: above the model-free floor) with their
     corrupted copies: one item per (answer, corruption)."""
     picked: dict[str, tuple[str, str]] = {}  # question -> (pair id, chosen)
-    by_id = (
-        pairs.sorted_by(pair_id) if isinstance(pairs, Records) else iter(sorted(pairs, key=pair_id))
-    )
-    for p in by_id:
+    by_id = attrgetter("pair_id")
+    ordered = pairs.sorted_by(by_id) if isinstance(pairs, Records) else sorted(pairs, key=by_id)
+    for p in ordered:
         if p.task.question not in picked and p.chosen.strip() and sound(p):
             picked[p.task.question] = (p.pair_id, p.chosen)
         if len(picked) > n:  # one more: the last answer's off-question partner
