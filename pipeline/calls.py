@@ -16,26 +16,24 @@ THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
 
 def split_reasoning(content: str) -> tuple[str, str]:
-    """(reasoning, answer) of a completion whose content carries reasoning as open models
-    served by vLLM or llama.cpp write it: `<think>…</think>` blocks, or the text before a lone
-    `</think>` (templates that open the block in the prompt). An unclosed `<think>` (cut off
-    while thinking) leaves no answer."""
+    """(reasoning, answer) of a completion whose content carries reasoning where open models
+    served by vLLM or llama.cpp put it: `<think>…</think>` blocks before the answer, or the text
+    before a lone `</think>` (templates that open the block in the prompt). An unclosed leading
+    `<think>` (cut off while thinking) leaves no answer. A `<think>` after the answer has begun
+    is the answer's own text ("in HTML you might write <think> as a made-up tag"), kept."""
     if THINK_OPEN not in content and THINK_CLOSE not in content:
         return "", content
-    reasoning, answer = [], []
+    reasoning = []
     head, sep, rest = content.partition(THINK_CLOSE)
     if sep and THINK_OPEN not in head:  # opened by the template: all before it is reasoning
         reasoning.append(head)
         content = rest
-    while THINK_OPEN in content:
-        before, _, after = content.partition(THINK_OPEN)
-        answer.append(before)
-        thought, closed, content = after.partition(THINK_CLOSE)
+    content = content.lstrip()
+    while content.startswith(THINK_OPEN):
+        thought, closed, content = content[len(THINK_OPEN) :].partition(THINK_CLOSE)
         reasoning.append(thought)
-        if not closed:
-            content = ""
-    answer.append(content)
-    return "\n".join(r.strip() for r in reasoning).strip(), "".join(answer).strip()
+        content = content.lstrip() if closed else ""
+    return "\n".join(r.strip() for r in reasoning).strip(), content.strip()
 
 
 class LLMError(Exception):

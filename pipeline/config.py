@@ -19,6 +19,7 @@ from pipeline.checks import FilterConfig
 from pipeline.errors import PrbError, safe_name
 from pipeline.llm.settings import BatchConfig, ModelConfig, Section
 from pipeline.paths import DATA, resolve_path
+from pipeline.strict import load_yaml
 
 
 class ConfigError(PrbError, ValueError):
@@ -320,29 +321,6 @@ MAX_CONFIG_BYTES = 1 << 20  # a run config is a page of settings, never data
 MAX_CONFIG_STRING = 4096  # a path, a URL or a name: a 50 MB value would fill the card
 
 
-class StrictLoader(yaml.SafeLoader):
-    """YAML as configs are written: a key given twice in one mapping is an error (file:line),
-    never a silent override."""
-
-
-def _unique_mapping(loader: StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    first: dict = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in first:
-            raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                f"the key {key!r} is given twice (first on line {first[key]})",
-                key_node.start_mark,
-            )
-        first[key] = key_node.start_mark.line + 1
-    return loader.construct_mapping(node, deep=deep)
-
-
-StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
-
-
 def _long_strings(data: object, at: str = "") -> list[str]:
     if isinstance(data, str):
         return [at or "<top>"] if len(data) > MAX_CONFIG_STRING else []
@@ -363,7 +341,7 @@ def load_config(path: str | Path | None = None, **overrides: object) -> RunConfi
                     f"{path}: {path.stat().st_size:,} bytes is not a run config (at most "
                     f"{MAX_CONFIG_BYTES:,}): settings only, data goes in files it names"
                 )
-            data = yaml.load(path.read_text(encoding="utf-8"), Loader=StrictLoader)  # noqa: S506
+            data = load_yaml(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"{path}: cannot read config: {e}") from e
         except yaml.YAMLError as e:

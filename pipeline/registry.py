@@ -72,6 +72,8 @@ class Registry(Generic[T]):
         order: Callable[[T], Any] | None = None,
         classes: bool = False,
         named: bool = False,
+        claims: Callable[[T], set[str]] | None = None,
+        reserved: Mapping[str, str] | None = None,
     ):
         self.kind = kind
         self.group = f"prb.{kind}"
@@ -79,6 +81,12 @@ class Registry(Generic[T]):
         self.order = order
         self.classes = classes  # entries are classes deriving from `type_`, not instances
         self.named = named  # an entry's own `.name` must be the name it is registered under
+        # what an entry contributes beyond its name (a check's settings, release columns and
+        # fields): a plugin may add, never take what prb's own entries or `reserved` (claim ->
+        # its owner) hold, so no plugin can rewrite a bundled setting or released column
+        self.claims = claims
+        self.reserved = dict(reserved or {})
+        self._taken: dict[str, str] | None = None  # claim -> who holds it
         self._refs: dict[str, T | str] = {}
         self._plugins: dict[str, EntryPoint] | None = None
         self._loaded: dict[str, T] = {}
@@ -169,7 +177,7 @@ class Registry(Generic[T]):
             return self._loaded[name]
         ep = self.plugins()[name]
         try:
-            self._loaded[name] = self._check(name, ep.load(), _where(ep))
+            self._loaded[name] = self._unclaimed(name, self._check(name, ep.load(), _where(ep)), ep)
         except RegistryError:
             self._failed.add(name)
             raise
@@ -180,6 +188,26 @@ class Registry(Generic[T]):
                 "uninstall that package"
             ) from None
         return self._loaded[name]
+
+    def _unclaimed(self, name: str, entry: T, ep: EntryPoint) -> T:
+        """A plugin's entry, refused if it claims what another entry already holds."""
+        if self.claims is None:
+            return entry
+        if self._taken is None:
+            self._taken = dict(self.reserved)
+            for own in self._refs:
+                for claim in sorted(self.claims(self.get(own))):
+                    self._taken.setdefault(claim, f"prb's {self.kind} entry {own!r}")
+        mine = sorted(self.claims(entry))
+        held = [(c, self._taken[c]) for c in mine if c in self._taken]
+        if held:
+            what = "; ".join(f"{c}, which {owner} holds" for c, owner in held)
+            raise RegistryError(
+                f"plugin refused: {_where(ep)} declares {what}; a plugin adds to prb, it never "
+                "replaces: rename it in that package"
+            )
+        self._taken.update(dict.fromkeys(mine, f"plugin {self.kind} entry {name!r}"))
+        return entry
 
     def items(self) -> list[tuple[str, T]]:
         """(name, entry) for every entry, loaded; a plugin that fails costs one warning line

@@ -23,6 +23,13 @@ def terminal(text: object) -> str:
     return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode(), str(text))
 
 
+def jsonl_lines(text: str) -> list[str]:
+    """The non-blank lines of a JSON Lines text, split at "\n" alone: `str.splitlines` also
+    splits at U+2028, U+0085 and other breaks that a JSON string may hold raw (an imported
+    post with a line separator made a valid release unreadable)."""
+    return [line for line in text.split("\n") if line.strip()]
+
+
 def words(text: str) -> list[str]:
     """The words of a text: the one tokenizer every probe, check and baseline counts with."""
     return _WORD.findall(text)

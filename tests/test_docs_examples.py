@@ -218,3 +218,11 @@ def test_every_readme_example_runs_as_written_or_says_why_not(demo_folder):
     assert len(ran) >= 10, ran
     listed = {" ".join(e.split()) for e in code_examples()}
     assert set(NOT_RUN) <= listed, set(NOT_RUN) - listed  # no reason kept for a gone example
+
+
+def test_the_quickstarts_releases_verify(demo_folder):
+    """`prb demo` and both recipes' demos (`--recipe prb` ranks posts with profile.top_k, whose
+    ids verify refused: issue 48) release what `prb release verify` passes."""
+    for name in ("demo", "demo-lamp-published", "demo-lamp-prb"):
+        done = prb("release", "verify", f"outputs/{name}/release", cwd=demo_folder)
+        assert done.returncode == 0 and "OK" in done.stdout, (name, done.stdout[-1500:])

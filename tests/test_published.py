@@ -261,6 +261,15 @@ def recipes(tmp_path_factory, sim_url) -> dict[str, Path]:
     return runs
 
 
+def test_both_recipes_releases_verify(recipes):
+    """Issue 48: `profile.top_k` hashed ids from the ranked posts that the release does not
+    carry, so `prb release verify` (and so `push`) refused every row of a valid release."""
+    from pipeline.release.publish import verify
+
+    for recipe, run in recipes.items():
+        assert verify(run / "release") == [], recipe
+
+
 def test_the_published_recipe_uses_imported_aspects_ranked_posts_and_no_plan(recipes):
     run = recipes["published"]
     fixture = {

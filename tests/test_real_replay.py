@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent / "real_model"))
 from record import RECORDINGS, file_hashes, fixture_path, read_fixture, replay_config  # noqa: E402
 
 from pipeline.llm.prompts import load_prompt  # noqa: E402
+from pipeline.release.publish import verify  # noqa: E402
 
 RECORDED = [n for n in RECORDINGS if fixture_path(n).exists()]
 
@@ -54,6 +55,7 @@ def test_a_real_model_build_replays_offline_to_the_recorded_release(name, tmp_pa
     assert manifest["simulated"] is False and manifest["models"]["generator"] == alias
     assert file_hashes(release) == fixture["files"]
     assert fixture["funnel"][-1]["count"] > 0
+    assert verify(release) == []  # a release is verified by the code that wrote it
 
 
 def test_a_changed_prompt_names_the_command_that_records_again():

@@ -35,7 +35,14 @@ def completion(content: str, **message) -> dict:
         ("plain answer", "", "plain answer"),
         ('<think>a\nb</think>\n\n{"x": 1}', "a\nb", '{"x": 1}'),
         ("opened by the template</think>the answer", "opened by the template", "the answer"),
-        ("<think>one</think>mid<think>two</think> end", "one\ntwo", "mid end"),
+        ("<think>one</think> <think>two</think> end", "one\ntwo", "end"),
+        # a tag inside the answer is the answer's text (issue 48: it cut the answer there)
+        ("<think>one</think>mid<think>two</think> end", "one", "mid<think>two</think> end"),
+        (
+            "In HTML you might write <think> as a made-up tag.",
+            "",
+            "In HTML you might write <think> as a made-up tag.",
+        ),
         ("<think>cut off while thinking", "cut off while thinking", ""),
     ],
 )

@@ -130,3 +130,77 @@ def test_a_stage_reading_what_no_earlier_stage_writes_is_refused():
     without_filters = [n for n in order if n != "filters"]
     with pytest.raises(StageOrderError, match="'annotation' reads FilterRecord"):
         assemble(stage(n) for n in without_filters)
+
+
+# --- a plugin check cannot rewrite a release (issue 48) -----------------------------------------
+
+
+def _plugin_check(name: str, setting: str = "", field: str = "", column: str = ""):
+    """A model-free check declaring the given setting, pair_checks field and column."""
+    from typing import Annotated
+
+    from pydantic import create_model
+
+    from pipeline.checks.base import Check, Released, Report
+    from pipeline.records import Record
+
+    declared = {setting: (float, 1000.0)} if setting else {}
+    settings = create_model(f"S{name}", __base__=Record, **declared)
+    result = create_model(
+        f"R{name}",
+        __base__=Record,
+        **({"x": (Annotated[float, Released(field)], 42.0)} if field else {}),
+    )
+    columns = {column: ("string", "a column", lambda r: "PWNED by plugin")} if column else {}
+    return Check(
+        name=name,
+        settings=settings,
+        result=result,
+        measure=lambda pair, _, __: result(),
+        decide=lambda r, s: [],
+        report=Report(columns=columns),
+    )
+
+
+SETS_LENGTH = _plugin_check("sets_length", setting="max_length_ratio")
+RELEASES_RATIO = _plugin_check("releases_ratio", field="length_ratio")
+WRITES_CHOSEN = _plugin_check("writes_chosen", column="chosen")
+ADDS_ITS_OWN = _plugin_check("adds_its_own", setting="max_loud", field="loudness", column="loud")
+
+
+def test_a_plugin_check_claiming_a_bundled_setting_field_or_column_is_refused(caplog, monkeypatch):
+    """A check plugin released `length_ratio` over the bundled one (42.0 on every row), loosened
+    `max_length_ratio` to 1000, or replaced every `chosen` answer: each is now refused at load
+    with one line, and a plugin that only adds is kept."""
+    from pipeline.checks import _RESERVED, claims
+    from pipeline.checks.base import Check
+
+    r = Registry(
+        "checks",
+        Check,
+        package="pipeline.checks",
+        attr="CHECK",
+        named=True,
+        claims=claims,
+        reserved=_RESERVED,
+    )
+    plugins = {
+        n: f"test_registry:{v}"
+        for n, v in [
+            ("sets_length", "SETS_LENGTH"),
+            ("releases_ratio", "RELEASES_RATIO"),
+            ("writes_chosen", "WRITES_CHOSEN"),
+            ("adds_its_own", "ADDS_ITS_OWN"),
+        ]
+    }
+    with caplog.at_level(logging.WARNING, logger="prb"):
+        with_plugins(monkeypatch, r, **plugins)
+        loaded = [c.name for c in r]
+    assert "adds_its_own" in loaded and "length_ratio" in loaded
+    assert not {"sets_length", "releases_ratio", "writes_chosen"} & set(loaded)
+    lines = [rec.getMessage() for rec in caplog.records]
+    assert len(lines) == 3 and all("\n" not in x for x in lines), lines
+    said = "\n".join(lines)
+    assert "setting 'max_length_ratio', which prb's checks entry 'length_ratio' holds" in said
+    assert "pair_checks field 'length_ratio', which prb's checks entry 'length_ratio'" in said
+    assert "column 'chosen', which the release schema holds" in said

@@ -401,3 +401,17 @@ def test_the_cards_probes_read_a_seeded_sample_of_a_large_release(
     assert f"a seeded sample of 3 of the {n} released pairs" in (release / "README.md").read_text()
     unsampled = json.loads((runs["two"] / "manifest.json").read_text())["validity"]
     assert "sample" not in unsampled
+
+
+def test_verify_reads_a_jsonl_copy_whose_text_holds_unicode_line_breaks(runs, tmp_path):
+    """An imported post holding U+2028 or U+0085 (raw in JSON Lines, as JSON allows) split
+    the copy into broken lines: "cannot read as JSON Lines" on a sound release (issue 48)."""
+    release = copy_release(runs, tmp_path)
+
+    def breaks(rows):
+        rows[0]["narrative"] = "first\u2028second\x85third\u2029"
+        return rows
+
+    rewrite(release, "Society_and_Culture", breaks)
+    assert "\u2028" in (release / "Society_and_Culture" / "test.jsonl").read_text()
+    assert verify(release) == []

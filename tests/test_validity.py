@@ -162,3 +162,11 @@ def test_the_gate_rewrites_a_leaking_rejected_answer_by_persona_swap_before_any_
     again = build(run_dir.parent.parent / "config.yaml")
     assert again["funnel"] == rewritten["funnel"]
     assert (run_dir / "pairs.jsonl").read_text().splitlines() == lines
+
+
+def test_the_validity_builds_releases_verify(instructed, rewritten):
+    """A release is verified by the code that wrote it (issue 48)."""
+    from pipeline.release.publish import verify
+
+    for result in (*instructed, rewritten):
+        assert verify(Path(result["release_dir"])) == []

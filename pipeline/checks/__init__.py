@@ -20,13 +20,39 @@ from typing import Literal
 from pydantic import Field, create_model
 
 from pipeline.checks.base import Call, Check
+from pipeline.columns import AFTER_CHECKS, BEFORE_CHECKS
 from pipeline.records import Record
 from pipeline.registry import Registry
+
+# the filters stage's own settings (below)
+_STAGE_SETTINGS = ("evaluate_all", "mode", "judges")
+
+
+def claims(check: Check) -> set[str]:
+    """What a check puts into the config and the release besides its name: a plugin check that
+    declares one a bundled check (or the release itself) holds is refused when it loads."""
+    return (
+        {f"setting {n!r}" for n in check.settings.model_fields}
+        | {f"pair_checks field {n!r}" for n in check.features}
+        | {f"column {n!r}" for n in check.report.columns}
+    )
+
+
+_RESERVED = {f"setting {n!r}": "the filters stage" for n in _STAGE_SETTINGS} | {
+    f"column {n!r}": "the release schema" for n in (*BEFORE_CHECKS, "pair_checks", *AFTER_CHECKS)
+}
 
 # every module here but base.py is a check named after it ("pipeline.checks.NAME:CHECK"), and
 # so is every entry point of `prb.checks`; iterated in their documented order
 CHECKS: Registry[Check] = Registry(
-    "checks", Check, package=__name__, attr="CHECK", order=lambda c: (c.order, c.name), named=True
+    "checks",
+    Check,
+    package=__name__,
+    attr="CHECK",
+    order=lambda c: (c.order, c.name),
+    named=True,
+    claims=claims,
+    reserved=_RESERVED,
 )
 
 

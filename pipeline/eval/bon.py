@@ -44,7 +44,7 @@ def load_candidates(path: Path, n: int) -> dict[str, list[str]]:
     candidates of each are used."""
     out: dict[str, list[str]] = {}
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8").split("\n")  # not at U+2028
     except (OSError, UnicodeDecodeError) as e:
         raise CandidatesError(f"{path}: cannot read candidates: {e}") from e
     for no, line in enumerate(lines, 1):

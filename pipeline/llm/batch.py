@@ -29,6 +29,7 @@ from pipeline.llm.client import LLM
 from pipeline.llm.settings import BatchConfig
 from pipeline.records import BatchJob
 from pipeline.store import StageFile, atomic_write
+from pipeline.text import jsonl_lines
 
 log = logging.getLogger("prb.batch")
 
@@ -161,9 +162,8 @@ class BatchTransport:
         answered = 0
         if batch.output_file_id:
             text = (await self.llm.backend.client.files.content(batch.output_file_id)).text
-            for line in text.splitlines():
-                if line.strip():
-                    answered += self.store_line(json.loads(line), bodies, chunk)
+            for line in jsonl_lines(text):
+                answered += self.store_line(json.loads(line), bodies, chunk)
         log.info("collected batch %s: %s, %d answered", job.batch_id, batch.status, answered)
         with self.jobs.appender() as append:
             append(job.model_copy(update={"state": "collected", "status": batch.status}))

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from pipeline.errors import PrbError
 from pipeline.paths import resolve_path
 from pipeline.records import Persona, Question
+from pipeline.strict import StrictLoader, load_json, load_yaml
 
 log = logging.getLogger("prb.personas")
 
@@ -98,10 +99,12 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, int, dict | None, str | Non
             except UnicodeDecodeError as e:  # this line only: the rest is still checked
                 yield lineno, start, None, _not_utf8(path, lineno, e)
                 continue
+            if lineno == 1:  # a byte-order mark, as CSV and JSON sources accept it
+                line = line.removeprefix("\ufeff")
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = load_json(line)
             except json.JSONDecodeError as e:
                 yield (
                     lineno,
@@ -109,6 +112,9 @@ def jsonl_records(path: Path) -> Iterator[tuple[int, int, dict | None, str | Non
                     None,
                     f"{path}:{lineno}: broken JSON: {e.msg} (column {e.colno})",
                 )
+                continue
+            except ValueError as e:  # a key given twice
+                yield lineno, start, None, f"{path}:{lineno}: {e}: keep one"
                 continue
             if isinstance(obj, dict):
                 yield lineno, start, obj, None
@@ -156,8 +162,8 @@ def scan_records(path: Path) -> tuple[list[tuple[int, dict]], list[str]]:
     if not text.strip():
         return [], [f"{path}: the file is empty: add records (see personas/README.md)"]
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        node = yaml.compose(text, Loader=StrictLoader)
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         return [], [f"{path}: malformed YAML/JSON: {e}"]
     if data is None:

@@ -20,6 +20,7 @@ from pipeline.errors import PrbError
 from pipeline.records import pair_id
 from pipeline.release.manifest import load
 from pipeline.release.schema import FEATURES, PARQUET_GLOB, data_path, file_checksums, jsonl_path
+from pipeline.text import jsonl_lines
 
 
 class PushRefused(PrbError, RuntimeError):
@@ -96,7 +97,8 @@ def check_data(release: Path) -> tuple[dict[str, list[dict]], list[str]]:
         rows[category] = data
         jsonl = release / jsonl_path(category)
         try:
-            copy = [json.loads(line) for line in jsonl.read_text(encoding="utf-8").splitlines()]
+            text = jsonl.read_text(encoding="utf-8")
+            copy = [json.loads(line) for line in jsonl_lines(text)]
         except (OSError, ValueError) as e:
             problems.append(f"{jsonl_path(category)}: cannot read as JSON Lines: {e}")
             continue

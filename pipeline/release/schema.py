@@ -14,6 +14,7 @@ from pathlib import Path
 import datasets
 
 from pipeline.checks import CHECKS
+from pipeline.columns import AFTER_CHECKS, BEFORE_CHECKS
 from pipeline.records import AnnotationRecord, FilterRecord
 from pipeline.store import sha256_file
 
@@ -29,52 +30,6 @@ PUBLIC = (
 )
 PARQUET_GLOB = "*/test-*.parquet"
 
-_S = "string"
-_BEFORE_CHECKS = {  # column -> (dtype names, card text)
-    "id": (_S, "content-derived pair id: hash of persona, question and generation prompt versions"),
-    "question": (_S, "the user's question"),
-    "profile": (
-        [{"id": _S, "category": _S, "text": _S}],
-        "the user's own past questions and posts (`id`, `category`, `text`)",
-    ),
-    "rubric_aspects": (
-        [{"aspect": _S, "evidence": _S, "reason": _S}],
-        "what this user would judge an answer by, with `evidence` (profile item "
-        "ids or a quote) and `reason`",
-    ),
-    "narrative": (_S, "a short description of the user's needs, written by the planner"),
-    "category": (_S, "the config this row belongs to"),
-    "chosen": (_S, "the answer that follows every rubric aspect"),
-    "rejected": (_S, "the answer with the same key points that misses the aspects"),
-    "persona_id": (_S, "the persona in prb's library"),
-    "question_id": (_S, "the question in prb's question pools"),
-    "rejected_strategy": (_S, "how `rejected` misses the aspects (e.g. `wrong_tone`)"),
-    "rejected_for": (_S, "`persona_swap`: the persona the rejected answer was written for"),
-}
-_AFTER_CHECKS = {
-    "would_drop": (
-        [_S],
-        "what the checks would have dropped this pair for, when they only "
-        "recorded (`filters.mode: record`, the published recipe); else empty",
-    ),
-    "annotation": (
-        {
-            "verdict": _S,
-            "n_labels": "int32",
-            "chosen_votes": "int32",
-            "rejected_votes": "int32",
-            "tie_votes": "int32",
-        },
-        "human verdict and vote counts (`unlabelled` if no labels were collected)",
-    ),
-    "generator_model": (_S, "model id that wrote both answers"),
-    "judge_model": (_S, "model id of the automatic judges"),
-    "prompt_versions": (
-        [{"task": _S, "ref": _S}],
-        "generation prompt files used (`task`, `ref` = version + content hash)",
-    ),
-}
-
 
 def _feature(spec):
     """dtype names as `datasets` features: "string", {field: spec}, [element spec]."""
@@ -86,14 +41,14 @@ def _feature(spec):
 
 
 def _columns() -> dict[str, tuple[object, str]]:
-    cols = dict(_BEFORE_CHECKS)
+    cols = dict(BEFORE_CHECKS)
     for c in CHECKS:
         cols |= {name: (dtype, doc) for name, (dtype, doc, _) in c.report.columns.items()}
     cols["pair_checks"] = (
         {k: v for c in CHECKS for k, v in c.features.items()},
         ", ".join(c.report.about for c in CHECKS if c.report.about),
     )
-    return cols | _AFTER_CHECKS
+    return cols | AFTER_CHECKS
 
 
 COLUMNS = _columns()

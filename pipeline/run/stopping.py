@@ -6,12 +6,17 @@ from its callbacks and transports: any other exception a signal raises there (Pr
 TerminationSignal among them) is caught, logged as "Fatal read error on socket transport" and
 turned into a dropped connection, which the model client retries, and the build went on to
 exit 0. Prefect puts its own SIGTERM handler in for a flow's duration, so the build flow puts
-prb's back (`inside_flow`) when a prb command installed it."""
+prb's back (`inside_flow`) when a prb command installed it.
+
+Once a signal has landed, the process only unwinds: a coroutine the signal cut off between its
+creation and its await (aiohttp's `ClientSession._request`) warns "was never awaited" when it is
+collected, a second line beside prb's one. Both handlers silence warnings first."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import warnings
 
 from pipeline.errors import Terminated
 
@@ -19,14 +24,20 @@ _installed = False
 
 
 def terminate(*_) -> None:
+    warnings.simplefilter("ignore")
     raise Terminated
+
+
+def interrupt(*_) -> None:
+    warnings.simplefilter("ignore")
+    raise KeyboardInterrupt
 
 
 def exit_on_sigterm() -> None:
     global _installed
     signal.signal(signal.SIGTERM, terminate)
     # and Ctrl-C / kill -INT, even when started from a script that ignores SIGINT (`cmd &`)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, interrupt)
     _installed = True
 
 

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse, Response
 from pipeline.sim.completion import chat_completion, prompt_words
 from pipeline.sim.dispatch import respond, schema_of
 from pipeline.sim.messages import chat_problem
+from pipeline.text import jsonl_lines
 
 TERMINAL = {"completed", "failed", "expired", "cancelled"}
 
@@ -127,7 +128,7 @@ class Service:
         await asyncio.sleep(0)  # answer `create` first, as a real service does
         batch.update(status="in_progress", in_progress_at=int(time.time()))
         data = self.files[batch["input_file_id"]]["data"]
-        lines = [json.loads(x) for x in data.splitlines() if x]
+        lines = [json.loads(x) for x in jsonl_lines(data)]
         out, errors = [], []
         for i, line in enumerate(lines):
             result = answer_line(

@@ -210,9 +210,11 @@ class Writer:
             return Dropped(
                 stage=STAGE.name, id=task.task_id, reason=f"generator_{e.kind}", detail=e.detail
             )
-        persona = task.persona.persona_id
+        # hashed from the whole profile, as released: with profile.top_k the prompts saw a
+        # selection that the release does not carry, and `prb release verify` recomputes the id
+        released = [i.model_dump() for i in task.persona.profile]
         return Pair(
-            pair_id=pair_id(persona, task.question, common["profile"], self.versions),
+            pair_id=pair_id(task.persona.persona_id, task.question, released, self.versions),
             task=task,
             rubric_aspects=rec.rubric_aspects,
             narrative=rec.narrative,
