@@ -66,8 +66,9 @@ class PersonaConfig(Section):
 class RubricsConfig(Section):
     # planner: a planner call derives the aspects; imported: the user's own published aspects
     # (LaMP-QA's rubric_aspects), no call; both: the imported ones, with the planner's beside
-    # them and how many of them the planner found (the audit's agreement figure)
-    source: Literal["planner", "imported", "both"] = "planner"
+    # them and how many of them the planner found (the audit's agreement figure); stated: a
+    # library user's own preference statements, no call (the planner for a user with none)
+    source: Literal["planner", "imported", "both", "stated"] = "planner"
 
 
 class ProfileConfig(Section):
@@ -90,6 +91,13 @@ class GenerationConfig(Section):
     # with the artifact gate on: a pair whose first rejected answer the answer-only classifier
     # picks out confidently gets a persona_swap one instead (pipeline/stages/pairs.py)
     rewrite_artifacts: bool = True
+    # plan: a content plan, then chosen and rejected each from it (the strategies above);
+    # rewrite: one shared base answer (prompts/base_answer.yaml) rewritten twice, for the user
+    # and for a contrasting user, one concrete instruction per dimension of `dimensions` on
+    # which the two differ (prompts/rewrite.yaml), each difference verified in the text;
+    # depth is left out by default: a brief and a thorough answer fail the length-ratio check
+    design: Literal["plan", "rewrite"] = "plan"
+    dimensions: list[str] = Field(default_factory=lambda: ["format", "expertise"])
 
     @field_validator("chosen_prompt", "rejected_prompt")
     @classmethod
@@ -102,6 +110,21 @@ class GenerationConfig(Section):
     @classmethod
     def _strategies(cls, v: list[str] | None) -> list[str] | None:
         return v if v is None else _distinct(v, "generation.strategies")
+
+    @field_validator("dimensions")
+    @classmethod
+    def _dimensions(cls, v: list[str]) -> list[str]:
+        import yaml
+
+        table = yaml.safe_load((DATA / "prompts" / "rewrite.yaml").read_text(encoding="utf-8"))
+        known = list(table["directions"])
+        unknown = [d for d in v if d not in known]
+        if unknown or not v:
+            raise ValueError(
+                f"{unknown or 'none given'}: a rewrite can realise only {known} "
+                "(prompts/rewrite.yaml `directions`)"
+            )
+        return _distinct(v, "generation.dimensions")
 
 
 class QualificationConfig(Section):
@@ -213,7 +236,7 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _sources_agree(self) -> RunConfig:
-        if self.rubrics.source != "planner" and self.personas.source == "library":
+        if self.rubrics.source in ("imported", "both") and self.personas.source == "library":
             raise ValueError(
                 f"rubrics.source {self.rubrics.source!r} uses the users' own published aspects, "
                 "and library personas have none: import users (personas.source), or use planner"
@@ -237,6 +260,8 @@ class RunConfig(Section):
         data = _without(self.model_dump(mode="json"), EXECUTION_ONLY)
         if data["filters"].get("evaluate_all"):
             del data["filters"]["evaluate_all"]
+        if data["generation"]["design"] == "plan":  # likewise: releases before the rewrite
+            del data["generation"]["design"], data["generation"]["dimensions"]
         return data
 
     def resume_inputs(self) -> dict:
@@ -363,9 +388,22 @@ def load_config(path: str | Path | None = None, **overrides: object) -> RunConfi
             raise ConfigError(
                 f"{path}: the top level must be a mapping, not a {type(data).__name__}"
             )
-    for env, (section, key) in ENV_OVERRIDES.items():
+
+    def section(node: dict, name: str, at: str = "") -> dict:
+        """The mapping `name` of `node`, made if absent: `model:` left empty or `model: 5`
+        is refused here, before an option or variable is written into it."""
+        if node.get(name) is None:
+            node[name] = {}
+        if not isinstance(node[name], dict):
+            raise ConfigError(
+                f"{path or '<defaults>'}: invalid config: {at}{name}: a section of settings "
+                f"(a mapping), not a {type(node[name]).__name__}"
+            )
+        return node[name]
+
+    for env, (name, key) in ENV_OVERRIDES.items():
         if os.environ.get(env):
-            data.setdefault(section, {})[key] = os.environ[env]
+            section(data, name)[key] = os.environ[env]
     key_file = os.environ.get("PRB_API_KEY_FILE")
     if key_file:
         try:
@@ -376,14 +414,14 @@ def load_config(path: str | Path | None = None, **overrides: object) -> RunConfi
             ) from None
         if not key:
             raise ConfigError(f"PRB_API_KEY_FILE={key_file}: the file is empty")
-        data.setdefault("model", {})["api_key"] = key
+        section(data, "model")["api_key"] = key
     for dotted, value in overrides.items():
         if value is None:
             continue
         *parents, leaf = dotted.split("__")
         node = data
-        for part in parents:
-            node = node.setdefault(part, {})
+        for i, part in enumerate(parents):
+            node = section(node, part, "".join(f"{p}." for p in parents[:i]))
         node[leaf] = value
     data = with_recipe(data, path or "<defaults>")
     try:

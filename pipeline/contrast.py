@@ -31,31 +31,33 @@ def _words(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
 
-def _similarity(a: User, b: User) -> float:
-    """Lower is more contrasting: minus the conflicting dimensions where both have levels,
-    else the Jaccard similarity of their aspects' words."""
+def _similarity(a: User, b: User, weights: dict[str, int] | None = None) -> float:
+    """Lower is more contrasting: minus the conflicting dimensions where both have levels
+    (each counting its weight, 1 unless `weights` says), else the Jaccard similarity of their
+    aspects' words."""
     shared = set(a.levels) & set(b.levels)
     if shared:
-        return -sum(a.levels[d] != b.levels[d] for d in shared)
+        return -sum((weights or {}).get(d, 1) for d in shared if a.levels[d] != b.levels[d])
     wa, wb = _words(a.aspects), _words(b.aspects)
     return len(wa & wb) / len(wa | wb) if wa | wb else 1.0
 
 
-def partners(users: dict[str, User]) -> dict[str, User]:
+def partners(users: dict[str, User], weights: dict[str, int] | None = None) -> dict[str, User]:
     """item id -> a contrasting user, chosen so that users contrast in mutual couples: the most
-    conflicting couples of a category first, each user in one couple. Every user is then
-    somebody's contrast about as often as they are themselves (no user that many others
-    contrast with), so across a release each user's answers are as often `rejected` as they
-    are `chosen`. A user left over (an odd count) gets its best contrast."""
+    conflicting couples of a category first (a dimension counting its weight: the rewrite
+    design weighs the dimensions a rewrite can realise above the rest), each user in one
+    couple. Every user is then somebody's contrast about as often as they are themselves (no
+    user that many others contrast with), so across a release each user's answers are as often
+    `rejected` as they are `chosen`. A user left over (an odd count) gets its best contrast."""
     by_key: dict[str, User] = {}
     for u in users.values():
         by_key.setdefault(u.key, u)
     mate: dict[str, User] = {}
     for category in sorted({u.category for u in by_key.values()}):
         own = sorted((u for u in by_key.values() if u.category == category), key=lambda u: u.key)
-        couples = _couples_by_levels(own)
+        couples = _couples_by_levels(own, weights)
         if couples is None:  # users without comparable levels: every couple's Jaccard
-            couples = _couples_by_ranking(own)
+            couples = _couples_by_ranking(own, weights)
         mate.update({a: by_key[b] for a, b in couples.items()})
     left = {item: u for item, u in users.items() if u.key not in mate}
     best = contrasts(users, left) if left else {}
@@ -66,10 +68,10 @@ def partners(users: dict[str, User]) -> dict[str, User]:
     }
 
 
-def _couples_by_ranking(own: list[User]) -> dict[str, str]:
+def _couples_by_ranking(own: list[User], weights: dict[str, int] | None) -> dict[str, str]:
     """Greedy couples over every pair of a category, least similar first (ties by keys)."""
     ranked = sorted(
-        (_similarity(a, b), a.key, b.key) for i, a in enumerate(own) for b in own[i + 1 :]
+        (_similarity(a, b, weights), a.key, b.key) for i, a in enumerate(own) for b in own[i + 1 :]
     )
     mate: dict[str, str] = {}
     for _, a, b in ranked:
@@ -78,7 +80,7 @@ def _couples_by_ranking(own: list[User]) -> dict[str, str]:
     return mate
 
 
-def _couples_by_levels(own: list[User]) -> dict[str, str] | None:
+def _couples_by_levels(own: list[User], weights: dict[str, int] | None) -> dict[str, str] | None:
     """The couples `_couples_by_ranking` makes, without ranking every pair: where every two
     users share a preference dimension, similarity depends only on the two users' levels, and
     a category of 17,000 users has fewer than a hundred distinct ones. For each similarity,
@@ -98,7 +100,7 @@ def _couples_by_levels(own: list[User]) -> dict[str, str] | None:
             shared = dx.keys() & dy.keys()
             if not shared:
                 return None
-            sim = -sum(dx[d] != dy[d] for d in shared)
+            sim = -sum((weights or {}).get(d, 1) for d in shared if dx[d] != dy[d])
             table.setdefault(x, {}).setdefault(sim, []).append(y)
     # the first free index at or after i in a levels' key list (taken ones point past)
     after: dict[tuple, list[int]] = {y: list(range(len(k) + 1)) for y, k in keys.items()}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
@@ -25,8 +26,22 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from pipeline.errors import PrbError
+
 INTERVAL_ENV = "PRB_PROGRESS_SECONDS"  # seconds between summary lines outside a terminal
 COUNTS = ("calls", "cache_hits", "prompt_tokens", "completion_tokens")
+
+
+def interval_from_env() -> float:
+    """PRB_PROGRESS_SECONDS, checked: a number of seconds above 0 (5 when unset)."""
+    raw = os.environ.get(INTERVAL_ENV, "").strip()
+    try:
+        value = float(raw or 5)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise PrbError(f"{INTERVAL_ENV}={raw!r}: give the seconds between progress lines (e.g. 5)")
+    return value
 
 
 @dataclass
@@ -271,7 +286,7 @@ def showing(console: Console | None = None, price=None, interval: float | None =
     console = console or Console(stderr=True)
     progress = _active = Progress(price)
     progress.console = console
-    interval = interval or float(os.environ.get(INTERVAL_ENV) or 5)
+    interval = interval or interval_from_env()
     last: list[str] = [""]
 
     def report() -> None:

@@ -338,7 +338,7 @@ class RubricRecord(Record):
     narrative: str
     ungrounded_aspects: list[RubricAspect] = Field(default_factory=list)  # removed: no evidence
     calls: dict[str, str] = Field(default_factory=dict)  # call name -> response-cache key
-    source: Literal["planner", "imported", "both"] = "planner"
+    source: Literal["planner", "imported", "both", "stated"] = "planner"
     planner_aspects: list[RubricAspect] = Field(default_factory=list)  # source both: beside
     agreement: AspectAgreement | None = None
 
@@ -351,6 +351,16 @@ class Rewritten(Record):
     rejected: str  # the replaced answer
     probability: float | None  # its out-of-fold P(chosen), answers only
     round: int | None = None  # the AFLite round that picked it; None: its couple was picked
+
+
+class Difference(Record):
+    """One dimension on which a rewrite pair's two users differ (generation.design: rewrite):
+    each side's level, and whether the text shows it (None: not visible model-free)."""
+
+    dimension: str
+    chosen: str
+    rejected: str
+    realised: bool | None
 
 
 class Pair(Record):
@@ -368,6 +378,7 @@ class Pair(Record):
     prompt_versions: dict[str, str]
     calls: dict[str, str] = Field(default_factory=dict)
     rewritten: Rewritten | None = None  # the artifact gate replaced the first rejected answer
+    differences: list[Difference] = Field(default_factory=list)  # the rewrite design's
 
 
 class QualityScores(QualityOutput):

@@ -14,15 +14,18 @@ import re
 import jinja2
 
 from pipeline.paths import TEMPLATES
+from pipeline.text import terminal
 
 _BREAKS = re.compile(r"[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+")
 
 
 def md(value: object) -> str:
-    """`value` as inert inline Markdown (one table cell or line): HTML escaped, `|` and
-    backticks escaped, line breaks as spaces."""
-    text = html.escape(str(value), quote=False)
-    return _BREAKS.sub(" ", text).replace("|", "\\|").replace("`", "&#96;")
+    """`value` as inert inline Markdown (one table cell or line): HTML escaped, `|`, backticks
+    and link brackets escaped (`[x](javascript:…)` stays text), line breaks as spaces, control
+    characters shown as escapes (ESC never reaches a terminal that `cat`s the file)."""
+    text = html.escape(_BREAKS.sub(" ", str(value)), quote=False)
+    text = terminal(text).replace("|", "\\|").replace("`", "&#96;")
+    return text.replace("[", "\\[").replace("]", "\\]")
 
 
 def _finalize(value: object) -> object:

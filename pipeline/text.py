@@ -14,13 +14,19 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
 # C0 and C1 controls (ESC starts every terminal escape), DEL, and the bidirectional overrides
 # that reorder what a line shows
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_IN_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
-def terminal(text: object) -> str:
+def _shown(m: re.Match) -> str:
+    return m.group().encode("unicode_escape").decode()
+
+
+def terminal(text: object, lines: bool = False) -> str:
     """`text` safe to print on one terminal line: every control character, escape sequence
     introducer and bidi override shown as its `\\xNN`/`\\uNNNN` escape, never obeyed (a
-    release's id holding ESC [2J would otherwise clear the user's screen)."""
-    return _UNSAFE.sub(lambda m: m.group().encode("unicode_escape").decode(), str(text))
+    release's id holding ESC [2J would otherwise clear the user's screen). `lines`: a text of
+    several lines (an answer) keeps its line breaks and tabs."""
+    return (_UNSAFE_IN_LINES if lines else _UNSAFE).sub(_shown, str(text))
 
 
 def jsonl_lines(text: str) -> list[str]:

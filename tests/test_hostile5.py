@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -61,3 +62,113 @@ def test_a_persona_jsonl_with_a_byte_order_mark_reads_like_csv_and_json_do(tmp_p
     bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(persona).encode() + b"\n")
     records, problems = scan_records(bom)
     assert problems == [] and records[0][1]["persona_id"] == "p1"
+
+
+# --- foreign text: one escaping function per format -------------------------------------------
+
+HOSTILE = "\x1b]0;PWNED\x07\x1b[31m[/red][x](javascript:alert(1))<script>|`"
+
+
+def test_markdown_of_foreign_text_is_inert():
+    """A foreign category `[x](javascript:alert(1))` became a live link in leaderboard.md and
+    ESC reached summary.md; the card's heading took `<script>` raw (issue 48)."""
+    import pandas as pd
+
+    from pipeline.eval.report import to_markdown
+    from pipeline.reports import md
+
+    out = md(HOSTILE)
+    assert "\x1b" not in out and "\x07" not in out and "\\x1b" in out
+    assert "](" not in out.replace("\\](", "") and "\\[x\\]" in out
+    assert "<script>" not in out and "&lt;script&gt;" in out
+    board = to_markdown(pd.DataFrame({"category": [HOSTILE], "accuracy": [0.5]}), "t")
+    assert "[x](javascript" not in board and "\x1b" not in board
+
+
+def test_the_card_heading_escapes_the_release_name(tmp_path):
+    from pipeline.reports import md
+
+    assert md("prb-demo-lamp-prb-recipe") == "prb-demo-lamp-prb-recipe"  # names as shipped
+    assert md("<script>alert(1)</script>") == "&lt;script&gt;alert(1)&lt;/script&gt;"
+
+
+def test_prb_show_never_sends_a_foreign_escape_to_the_terminal():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from pipeline.audit.show import inert
+
+    held = inert({"narrative": f"line one\n{HOSTILE}", "tags": [HOSTILE]})
+    assert held["narrative"].startswith("line one\n")  # line breaks kept
+    buffer = StringIO()
+    Console(file=buffer, force_terminal=True).print(held["narrative"], markup=False)
+    assert "\x1b]0;" not in buffer.getvalue() and "\x07" not in buffer.getvalue()
+
+
+# --- bad values: one line, never a traceback ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("model:\n  timeout_s: .inf\n", "model.timeout_s: Input should be a finite number"),
+        ("filters:\n  max_length_ratio: .nan\n", "max_length_ratio: Input should be a finite"),
+        ("model: 5\n", "model: a section of settings (a mapping), not a int"),
+    ],
+)
+def test_a_config_value_out_of_type_or_range_is_one_line(tmp_path, text, said):
+    config = tmp_path / "c.yaml"
+    config.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        load_config(config, model__base_url="http://127.0.0.1:9/v1")
+
+
+def test_a_bad_progress_interval_is_one_line(monkeypatch):
+    from pipeline.errors import PrbError
+    from pipeline.progress import INTERVAL_ENV, interval_from_env
+
+    for bad in ("abc", "0", "-1", "inf", "nan"):
+        monkeypatch.setenv(INTERVAL_ENV, bad)
+        with pytest.raises(PrbError, match="PRB_PROGRESS_SECONDS="):
+            interval_from_env()
+    monkeypatch.setenv(INTERVAL_ENV, "2.5")
+    assert interval_from_env() == 2.5
+
+
+def test_verify_answers_a_malformed_manifest_or_row_with_findings(tmp_path):
+    from pipeline.errors import PrbError
+    from pipeline.release.publish import check_pairs, verify
+
+    with pytest.raises(PrbError, match="no such release folder"):
+        verify(tmp_path / "nonexistent")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "manifest.json").write_text("[]")
+    assert verify(tmp_path / "r") == ["manifest.json: a JSON object expected, not a list"]
+    (tmp_path / "r" / "manifest.json").write_text('{"files": ["a"]}')
+    assert "manifest.json: `files` must map each file to its SHA-256" in verify(tmp_path / "r")
+    row = {"id": "x", "persona_id": "p", "question": "q?", "chosen": "a", "rejected": "b"}
+    assert check_pairs({"c": [row]}) == [
+        "c row 0 (id 'x'): no readable prompt_versions, so no id to check"
+    ]
+
+
+def test_personas_commands_print_markup_in_ids_as_text(tmp_path):
+    import subprocess
+    import sys
+
+    from test_crash import prefect_env
+
+    bad = tmp_path / "p.jsonl"
+    bad.write_text(
+        json.dumps({"persona_id": "[/red]x", "category": "[bold]", "profile": []}) + "\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "personas", "validate", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=prefect_env(),
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr + done.stdout and "[/red]x" in done.stdout

@@ -21,6 +21,7 @@ from pipeline.llm.structured import parse_output
 from pipeline.paths import resolve_path
 from pipeline.records import Pair
 from pipeline.stages import call_order, stage
+from pipeline.text import terminal
 
 
 def _find_pair(run_dir: Path, pair_id: str) -> Pair | None:
@@ -99,13 +100,27 @@ def collect(pair_id: str, run: str | None = None) -> dict:
     }
 
 
+def inert(value):
+    """Every string of a pair's record as a terminal shows it: control characters and escape
+    sequences as visible escapes (line breaks kept), never obeyed (an imported narrative held
+    ESC ] 0; and ESC [31m)."""
+    if isinstance(value, str):
+        return terminal(value, lines=True)
+    if isinstance(value, dict):
+        return {inert(k): inert(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [inert(v) for v in value]
+    return value
+
+
 def render(info: dict, console: Console) -> None:
+    info = inert(info)
     p = info["pair"]
     task, persona = p["task"], p["task"]["persona"]
     console.rule(f"[bold]{escape(p['pair_id'])}[/bold]  ({escape(info['run_dir'])})")
     console.print(
         f"[bold]persona[/bold] {escape(persona['persona_id'])} — {escape(persona['name'])} "
-        f"({persona['category']})\n{escape(persona['summary'])}"
+        f"({escape(persona['category'])})\n{escape(persona['summary'])}"
     )
     profile = Table("id", "profile item", title="profile", show_lines=False)
     for item in persona["profile"]:
@@ -129,7 +144,11 @@ def render(info: dict, console: Console) -> None:
     )
     console.print(Panel(Text(p["chosen"]), title="chosen", border_style="green"))
     console.print(
-        Panel(Text(p["rejected"]), title=f"rejected ({p['rejected_strategy']})", border_style="red")
+        Panel(
+            Text(p["rejected"]),
+            title=f"rejected ({escape(p['rejected_strategy'])})",
+            border_style="red",
+        )
     )
     f = info["filter"]
     if f is None:
@@ -137,9 +156,9 @@ def render(info: dict, console: Console) -> None:
     else:
         state = "[green]kept[/green]" if f["kept"] else "[red]dropped[/red]"
         console.print(
-            f"[bold]filters[/bold] {state}; reasons: {', '.join(f['reasons']) or '-'}; "
-            f"flags: {', '.join(f['flags']) or '-'}; "
-            f"not run (dropped before them): {', '.join(f.get('skipped', [])) or '-'}"
+            f"[bold]filters[/bold] {state}; reasons: {escape(', '.join(f['reasons']) or '-')}; "
+            f"flags: {escape(', '.join(f['flags']) or '-')}; not run (dropped before them): "
+            f"{escape(', '.join(f.get('skipped', [])) or '-')}"
         )
         for name, err in f["errors"].items():
             console.print(f"[red]{name} failed:[/red] {escape(err)}")
@@ -148,7 +167,7 @@ def render(info: dict, console: Console) -> None:
         title = f"{c['name']} · {c.get('task', '?')} · {c.get('model', '?')} · {c['key'][:12]}"
         console.rule(escape(title))
         if "missing" in c:
-            console.print(f"[yellow]{c['missing']}[/yellow]")
+            console.print(f"[yellow]{escape(c['missing'])}[/yellow]")
             continue
         for m in c["messages"]:
             console.print(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, create_model
+from pydantic import ConfigDict, Field, create_model
 
 from pipeline.checks.base import Call, Check
 from pipeline.columns import AFTER_CHECKS, BEFORE_CHECKS
@@ -76,6 +76,8 @@ def setting_names() -> list[str]:
 
 
 class _FilterBase(Record):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # as every config section
+
     def model_post_init(self, _: object) -> None:
         for check in CHECKS:  # each check's own validators (e.g. min <= max) hold on the whole
             check.settings.model_validate(self.model_dump(include=set(check.settings.model_fields)))

@@ -10,10 +10,13 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from pipeline.cli.common import fail, guarded
 from pipeline.config import ConfigError, PersonaConfig
 from pipeline.paths import DATA
+from pipeline.text import terminal
 
 app = typer.Typer(help="Validate, extend and summarise the persona library.", no_args_is_help=True)
 console = Console()
@@ -25,17 +28,23 @@ TAXONOMY = DATA / "personas" / "taxonomy.yaml"
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
+    return fail(message, code)
+
+
+def shown(text: object) -> str:
+    """Foreign text (an id, a category, a field) as rich markup shows it: never markup, never
+    a terminal escape."""
+    return escape(terminal(text))
 
 
 def _print_issues(report) -> None:
     for issue in report.issues:
         colour = "red" if issue.severity == "error" else "yellow"
-        console.print(f"[{colour}]{issue}[/{colour}]", highlight=False, soft_wrap=True, markup=True)
+        console.print(f"[{colour}]{shown(issue)}[/{colour}]", highlight=False, soft_wrap=True)
 
 
 @app.command()
+@guarded
 def validate(
     paths: list[Path] = typer.Argument(
         None, help="Files or folders (default: library + questions)."
@@ -66,6 +75,7 @@ def validate(
 
 
 @app.command()
+@guarded
 def add(
     file: Path = typer.Argument(..., help="JSONL/YAML file of new personas (and questions)."),
     library: Path = typer.Option(LIBRARY, help="Persona library folder."),
@@ -93,10 +103,11 @@ def add(
         console.print(f"[red]refused[/red] — {len(result.report.errors)} errors; nothing added")
         raise typer.Exit(1)
     for path, n in result.written.items():
-        console.print(f"added {n} record(s) to {path}")
+        console.print(f"added {n} record(s) to {shown(path)}")
 
 
 @app.command()
+@guarded
 def stats(
     library: Path = typer.Option(LIBRARY, help="Persona library folder or file."),
     questions: Path = typer.Option(QUESTIONS, help="Question pool folder or file."),
@@ -120,14 +131,14 @@ def stats(
     table = Table(title="persona coverage: personas holding a preference (levels covered/levels)")
     table.add_column("dimension")
     for c in cov.categories:
-        table.add_column(c, justify="right")
+        table.add_column(shown(c), justify="right")
     for d in tax.dimensions:
         cells = []
         for c in cov.categories:
             n, held = cov.cells[c, d], len(cov.levels.get((c, d), ()))
             text = f"{n} ({held}/{len(tax.levels[d])})"
             cells.append(text if n else f"[red]{text}[/red]")
-        table.add_row(d, *cells)
+        table.add_row(shown(d), *cells)
     table.add_section()
     table.add_row("personas", *(str(cov.personas[c]) for c in cov.categories))
     table.add_row("questions", *(str(cov.questions[c]) for c in cov.categories))
@@ -138,7 +149,7 @@ def stats(
     if gaps:
         console.print(
             f"[red]{len(gaps)} of {cells} cells uncovered:[/red] "
-            + ", ".join(f"{c}×{d}" for c, d in gaps)
+            + ", ".join(f"{shown(c)}×{shown(d)}" for c, d in gaps)
         )
         if strict:
             raise typer.Exit(1)
@@ -147,6 +158,7 @@ def stats(
 
 
 @app.command()
+@guarded
 def expand(
     n: int = typer.Option(
         ..., "--n", min=1, max=100_000, help="How many candidate personas to write."
@@ -196,6 +208,6 @@ def expand(
         f"{len(result.accepted)} of {n} candidates written to {result.path} "
         f"({len(result.rejected)} rejected; {calls} model calls, {hits} from cache)"
     )
-    console.print(f"review them, then: prb personas add {result.path}")
+    console.print(f"review them, then: prb personas add {shown(result.path)}")
     if not result.accepted:
         raise typer.Exit(1)

@@ -14,7 +14,8 @@ from pipeline.llm.local import MODELS
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # inf and NaN pass every range check (`.inf` for a timeout overflowed asyncio's clock)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ModelConfig(Section):

@@ -18,6 +18,7 @@ from pipeline.checks import CHECKS, setting_names
 from pipeline.paths import TEMPLATES
 from pipeline.release.manifest import Manifest
 from pipeline.release.schema import COLUMN_DOCS, FEATURES
+from pipeline.reports import md
 
 
 def _table(header: list[str], rows: list[list[object]]) -> str:
@@ -58,8 +59,20 @@ def recipe_note(cfg: dict) -> str:
             "imported": "Rubric aspects: the users' own, as imported (no planner call).",
             "both": "Rubric aspects: the users' own, as imported; the planner's are recorded "
             "beside them in the build, with how many of the imported ones it found.",
+            "stated": "Rubric aspects: each user's own preference statements, in their words "
+            "(no planner call; the planner for a user who stated none).",
         }[rubrics]
     )
+    generation = cfg.get("generation", {})
+    if generation.get("design") == "rewrite":
+        dims = ", ".join(generation.get("dimensions", []))
+        lines.append(
+            "Answers: one shared base answer per pair, rewritten twice: `chosen` for the user, "
+            "`rejected` for a contrasting user of the same category, one instruction per "
+            f"dimension on which the two differ (of: {dims}), with each user's own words. A pair "
+            "is released only if at least one intended difference shows in the text, read "
+            "model-free (layout by list markers, depth by length, expertise by explained terms)."
+        )
     profile = cfg.get("profile", {})
     if profile.get("top_k"):
         how = "a dense retriever" if profile.get("dense_model") else "BM25"
@@ -313,7 +326,7 @@ def render_card(
     docs = {k: v for c in CHECKS for k, v in c.report.docs.items()}
     thresholds = [k for k in setting_names() if k in cfg["filters"]]
     variables = {
-        "name": manifest.name,
+        "name": md(manifest.name),  # foreign: `<script>` or a link stays text
         "sim_note": (
             "> **Simulated build.** Every answer and judgement in this release comes from prb's "
             "bundled deterministic simulator, not from a language model. It demonstrates and tests "

@@ -59,6 +59,8 @@ def read_rows(release: Path) -> dict[str, list[dict]]:
 
 def check_checksums(release: Path, manifest: dict) -> list[str]:
     listed, actual = manifest.get("files", {}), file_checksums(release)
+    if not isinstance(listed, dict) or not all(isinstance(v, str) for v in listed.values()):
+        return ["manifest.json: `files` must map each file to its SHA-256"]
     problems = []
     for name in sorted(listed.keys() | actual.keys()):
         if name not in actual:
@@ -139,8 +141,12 @@ def check_pairs(rows: dict[str, list[dict]]) -> list[str]:
                 problems.append(f"{where}: empty chosen or rejected answer")
             elif _norm(r["chosen"]) == _norm(r["rejected"]):
                 problems.append(f"{where}: chosen and rejected are the same text")
-            versions = {v["task"]: v["ref"] for v in r["prompt_versions"]}
-            if pair_id(r["persona_id"], r["question"], r["profile"], versions) != r["id"]:
+            try:
+                versions = {v["task"]: v["ref"] for v in r["prompt_versions"]}
+            except (KeyError, TypeError):
+                problems.append(f"{where}: no readable prompt_versions, so no id to check")
+                continue
+            if pair_id(r["persona_id"], r["question"], r.get("profile"), versions) != r["id"]:
                 problems.append(
                     f"{where}: id does not match its persona, profile, question and prompts"
                 )
@@ -201,7 +207,11 @@ def check_manifest(manifest: dict, counts: dict[str, int]) -> list[str]:
         problems.append(
             f"manifest.json: per_category {manifest.get('per_category')} != data {counts}"
         )
-    released = {f["stage"]: f["count"] for f in manifest.get("funnel", [])}.get("released")
+    funnel = manifest.get("funnel")
+    steps = funnel if isinstance(funnel, list) else []
+    released = {f.get("stage"): f.get("count") for f in steps if isinstance(f, dict)}.get(
+        "released"
+    )
     if released != sum(counts.values()):
         problems.append(
             f"manifest.json: funnel says {released} released, data has {sum(counts.values())}"
@@ -215,11 +225,13 @@ def verify(release: Path) -> list[str]:
     """Every problem found in a release folder; an empty list means it is sound."""
     release = Path(release)
     if not release.is_dir():
-        return [f"{release}: not a folder"]
+        raise PrbError(f"{release}: no such release folder")
     try:
         manifest = json.loads((release / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as e:
         return [f"manifest.json: cannot read: {e}"]
+    if not isinstance(manifest, dict):
+        return [f"manifest.json: a JSON object expected, not a {type(manifest).__name__}"]
     problems = check_checksums(release, manifest)
     rows, found = check_data(release)
     problems += found

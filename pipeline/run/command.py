@@ -42,6 +42,7 @@ def run_build(
     from pipeline.run.rundir import RunLock
 
     RunLock(cfg.run_dir).check()  # and a run already building, in a blink
+    progress.interval_from_env()  # and a bad PRB_PROGRESS_SECONDS
     if mode == "batch":
         from pipeline.llm.backends import BACKENDS
 

@@ -23,6 +23,8 @@ HANDLED = {
     "persona_expand",
     "published_pairwise",
     "judge_fit",
+    "base_answer",
+    "rewrite",
 }
 
 
@@ -87,6 +89,8 @@ def respond(
         "judge_quality": lambda: responder.judge_quality(t, rng),
         "judge_adherence": lambda: responder.judge_adherence(t, rng),
         "judge_blind": lambda: responder.judge_blind(t, rng),
+        "base_answer": lambda: responder.base_answer(t, rng),
+        "rewrite": lambda: responder.rewrite(t, user, system),
     }
     handlers |= {
         "rm_pointwise": lambda: rm_judge.rm_pointwise(t, rng),

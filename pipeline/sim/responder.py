@@ -697,3 +697,30 @@ def judge_blind(t: dict[str, str], rng: random.Random) -> str:
     else:
         choice, reason = ("A" if rng.random() < 0.2 else "tie"), "no real difference"
     return json.dumps({"choice": choice, "reason": reason})
+
+
+# --- the rewrite design (prompts/base_answer.yaml, prompts/rewrite.yaml) -------------------------
+
+
+def base_answer(t: dict[str, str], rng: random.Random) -> str:
+    """One paragraph for a general reader: the points every rewrite keeps."""
+    kws = keywords(t.get("question", "")) or ["this"]
+    a, b = kws[0], kws[min(1, len(kws) - 1)]
+    return layout([p.format(a=a, b=b) for p in rng.sample(POINTS, 4)], "prose")
+
+
+def rewrite(t: dict[str, str], user: str, system: str) -> str:
+    """The base answer rewritten as the instructions after it say, as a model that follows
+    them would: the layout they name, cut to the main points or each given its reason, terms
+    explained in brackets."""
+    points = [p.strip() for p in re.split(r"(?<=\.)\s+", t.get("answer", "")) if p.strip()]
+    points = [p.rstrip(".") for p in points] or ["Start small"]
+    said = user.partition("</user_said>")[2].lower()
+    if "2 or 3 most important points" in said:
+        points = points[:3]
+    if "add one sentence saying why" in said:
+        points = [f"{p}, because it keeps you steady" for p in points]
+    if "what it means in" in said:  # the first term explained, as a beginner needs
+        points[0] = f"{points[0]} (that is, the simplest first step)"
+    fmt = "steps" if "numbered steps" in said else "bullets" if "bullet points" in said else ""
+    return trim(layout(points, fmt or "prose"), budget(system))

@@ -27,7 +27,17 @@ from pipeline.calls import LLMError
 from pipeline.contrast import User, partners
 from pipeline.llm.prompts import load_prompt
 from pipeline.meter import timed
-from pipeline.records import Dropped, Pair, Rewritten, RubricRecord, Task, pair_id, stable_id
+from pipeline.realised import realised
+from pipeline.records import (
+    Difference,
+    Dropped,
+    Pair,
+    Rewritten,
+    RubricRecord,
+    Task,
+    pair_id,
+    stable_id,
+)
 from pipeline.stages.base import (
     RECORDS_IN_FLIGHT,
     RunContext,
@@ -37,12 +47,18 @@ from pipeline.stages.base import (
 )
 from pipeline.store import Records, StageFile
 
-TASKS = ("content_plan", "chosen", "rejected")
+TASKS = ("content_plan", "chosen", "rejected", "base_answer", "rewrite")
+REWRITE = "rewrite"  # generation.design: one base answer rewritten for each side's user
+# the rejected strategy of the rewrite design: the base answer rewritten for a contrasting user
+CONTRAST = "persona_rewrite"
 
 
 def tasks_of(cfg) -> dict[str, str]:
-    """role (content_plan, chosen, rejected) -> the prompt task this config uses for it."""
+    """role (content_plan or base_answer, chosen, rejected) -> the prompt task this config
+    uses for it."""
     g = cfg.generation
+    if g.design == REWRITE:
+        return {"base_answer": "base_answer", "chosen": "rewrite", "rejected": "rewrite"}
     plan = {"content_plan": "content_plan"} if g.content_plan else {}
     return plan | {"chosen": g.chosen_prompt, "rejected": g.rejected_prompt}
 
@@ -86,10 +102,13 @@ def task_order(rubrics: Records) -> dict[str, int]:
     return order
 
 
-def partner_of(rec: RubricRecord) -> tuple[str, list[dict], list[dict]]:
-    """What a swap takes from the partner's record: its persona id, aspects and profile."""
+def partner_of(rec: RubricRecord) -> tuple[str, list[dict], list[dict], list[dict]]:
+    """What a swap takes from the partner's record: its persona id, aspects, profile and
+    stated preferences."""
     aspects = [a.model_dump() for a in rec.rubric_aspects]
-    return rec.task.persona.persona_id, aspects, [i.model_dump() for i in rec.task.profile]
+    prefs = [p.model_dump() for p in rec.task.persona.preferences]
+    profile = [i.model_dump() for i in rec.task.profile]
+    return rec.task.persona.persona_id, aspects, profile, prefs
 
 
 class SwapPartners(Mapping):
@@ -100,7 +119,7 @@ class SwapPartners(Mapping):
     def __init__(self, file, at: dict[str, int]):
         self.file, self.at = file, at  # task id -> the partner's record's offset
 
-    def __getitem__(self, task: str) -> tuple[str, list[dict], list[dict]]:
+    def __getitem__(self, task: str) -> tuple[str, list[dict], list[dict], list[dict]]:
         return partner_of(next(iter(self.file.read_at([self.at[task]]))))
 
     def __contains__(self, task: object) -> bool:  # a lookup, not a read of the record
@@ -113,9 +132,12 @@ class SwapPartners(Mapping):
         return len(self.at)
 
 
-def swap_partners(rubrics: Records) -> Mapping[str, tuple[str, list[dict], list[dict]]]:
-    """task id -> (persona id, aspects, profile) of its contrasting user: in mutual couples of
-    the same category, most conflicting first (pipeline/contrast.py `partners`). A user of
+def swap_partners(
+    rubrics: Records, weights: dict[str, int] | None = None
+) -> Mapping[str, tuple[str, list[dict], list[dict], list[dict]]]:
+    """task id -> (persona id, aspects, profile, preferences) of its contrasting user: in
+    mutual couples of the same category, most conflicting first (pipeline/contrast.py
+    `partners`, each dimension counting its `weights`). A user of
     several questions stands for the couple with its first question's aspects, first in the
     questions stage's order: the same every run (it was the first to finish planning, so two
     builds of one config could swap in different answers)."""
@@ -134,7 +156,7 @@ def swap_partners(rubrics: Records) -> Mapping[str, tuple[str, list[dict], list[
         )
     order = task_order(rubrics)
     users = dict(sorted(users.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
-    found = partners(users)
+    found = partners(users, weights)
     if file is None:
         return {task: held[other.profile] for task, other in found.items()}
     offsets = rubrics.index()
@@ -146,12 +168,19 @@ class Writer:
 
     def __init__(self, ctx: RunContext, rubrics: Records):
         self.ctx = ctx
+        g = ctx.cfg.generation
         self.prompts = {role: load_prompt(t) for role, t in tasks_of(ctx.cfg).items()}
         self.versions = {p.task: p.ref for p in self.prompts.values()}
+        self.model = ctx.cfg.model.generator
+        self.budget = g.word_budget
+        if g.design == REWRITE:  # every pair contrasts two users on what a rewrite realises
+            self.directions = self.prompts["chosen"].extra["directions"]
+            self.dimensions = g.dimensions
+            self.names = [CONTRAST]
+            self.partners = swap_partners(rubrics, dict.fromkeys(g.dimensions, 100))
+            return
         self.instructions = self.prompts["rejected"].extra["strategies"]
         self.names = strategies(ctx.cfg, self.prompts["rejected"])
-        self.model = ctx.cfg.model.generator
-        self.budget = ctx.cfg.generation.word_budget
         self.partners = swap_partners(rubrics) if SWAP in self.names else {}
         # a swap task with nobody to swap with takes one of these instead
         self.others = [n for n in self.names if n != SWAP]
@@ -183,6 +212,8 @@ class Writer:
 
     async def pair(self, rec: RubricRecord) -> Pair | Dropped:
         """A task's pair: its content plan, then chosen, then rejected by its strategy."""
+        if self.names == [CONTRAST]:
+            return await self.contrasted(rec)
         task, seed = rec.task, self.ctx.cfg.seed
         strategy, rejected_for = pick_strategy(task.task_id, self.names, seed), None
         if strategy == SWAP and task.task_id not in self.partners:  # nobody to swap with
@@ -195,7 +226,7 @@ class Writer:
             common = self.common(task, rec.rubric_aspects, key_points)
             chosen = await self.ask("chosen", budget_tokens(self.budget), **common)
             if strategy == SWAP:
-                rejected_for, aspects_b, profile_b = self.partners[task.task_id]
+                rejected_for, aspects_b, profile_b, _ = self.partners[task.task_id]
                 rejected = await self.swapped(common, aspects_b, profile_b)
             else:
                 instruction = self.instructions[strategy]
@@ -210,11 +241,8 @@ class Writer:
             return Dropped(
                 stage=STAGE.name, id=task.task_id, reason=f"generator_{e.kind}", detail=e.detail
             )
-        # hashed from the whole profile, as released: with profile.top_k the prompts saw a
-        # selection that the release does not carry, and `prb release verify` recomputes the id
-        released = [i.model_dump() for i in task.persona.profile]
         return Pair(
-            pair_id=pair_id(task.persona.persona_id, task.question, released, self.versions),
+            pair_id=self.pair_id(task),
             task=task,
             rubric_aspects=rec.rubric_aspects,
             narrative=rec.narrative,
@@ -229,10 +257,88 @@ class Writer:
             | {"chosen": chosen.key, "rejected": rejected.key},
         )
 
+    def pair_id(self, task: Task) -> str:
+        # hashed from the whole profile, as released: with profile.top_k the prompts saw a
+        # selection that the release does not carry, and `prb release verify` recomputes the id
+        released = [i.model_dump() for i in task.persona.profile]
+        return pair_id(task.persona.persona_id, task.question, released, self.versions)
+
+    async def contrasted(self, rec: RubricRecord) -> Pair | Dropped:
+        """The rewrite design: one base answer, rewritten for the user (chosen) and for the
+        contrasting user (rejected), one instruction per dimension on which they differ, with
+        each user's own words; kept if at least one difference shows in the text."""
+        task = rec.task
+
+        def dropped(reason: str, detail: str) -> Dropped:
+            return Dropped(stage=STAGE.name, id=task.task_id, reason=reason, detail=detail)
+
+        if task.task_id not in self.partners:
+            return dropped("no_contrast", f"{task.persona.persona_id} has nobody to contrast")
+        other, _, _, prefs_b = self.partners[task.task_id]
+        mine = {p.dimension: (p.level, p.statement) for p in task.persona.preferences}
+        theirs = {p["dimension"]: (p["level"], p["statement"]) for p in prefs_b}
+        dims = [
+            d
+            for d in self.dimensions
+            if d in mine
+            and d in theirs
+            and mine[d][0] != theirs[d][0]
+            and {mine[d][0], theirs[d][0]} <= set(self.directions[d])
+        ]
+        if not dims:
+            return dropped(
+                "no_contrast",
+                f"{task.persona.persona_id} and {other} differ on none of {self.dimensions}",
+            )
+        side = {"question": task.question, "word_budget": self.budget}
+        tokens = budget_tokens(self.budget)
+
+        def told(who: dict) -> dict:
+            return {
+                "statements": [who[d][1] for d in dims],
+                "instructions": [self.directions[d][who[d][0]] for d in dims],
+            }
+
+        try:
+            base = await self.ask("base_answer", tokens, **side)
+            side["base"] = base.value
+            chosen = await self.ask("chosen", tokens, **side, **told(mine))
+            rejected = await self.ask("rejected", tokens, **side, **told(theirs))
+        except LLMError as e:
+            return dropped(f"generator_{e.kind}", e.detail)
+        texts = (chosen.value, rejected.value)
+        differences = [
+            Difference(
+                dimension=d,
+                chosen=mine[d][0],
+                rejected=theirs[d][0],
+                realised=realised(d, (mine[d][0], theirs[d][0]), texts),
+            )
+            for d in dims
+        ]
+        if not any(x.realised for x in differences):
+            shown = ", ".join(f"{x.dimension} {x.chosen}/{x.rejected}" for x in differences)
+            return dropped("difference_not_realised", f"none of {shown} shows in the text")
+        return Pair(
+            pair_id=self.pair_id(task),
+            task=task,
+            rubric_aspects=rec.rubric_aspects,
+            narrative=rec.narrative,
+            key_points=[],
+            chosen=chosen.value,
+            rejected=rejected.value,
+            rejected_strategy=CONTRAST,
+            rejected_for=other,
+            generator_model=self.model,
+            prompt_versions=self.versions,
+            calls={"base_answer": base.key, "chosen": chosen.key, "rejected": rejected.key},
+            differences=differences,
+        )
+
     async def rewrite(self, pair: Pair, found) -> Pair | None:
         """The pair with its rejected answer asked again by persona_swap (the gate found it
         leaking); None if that call failed."""
-        _, aspects_b, profile_b = partner = self.partners[pair.task.task_id]
+        _, aspects_b, profile_b, _ = partner = self.partners[pair.task.task_id]
         common = self.common(pair.task, pair.rubric_aspects, pair.key_points)
         try:
             answer = await self.swapped(common, aspects_b, profile_b)
@@ -260,7 +366,7 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
     await process_stage(STAGE, rubrics, ctx.run_dir, writer.pair)
     # (a run of persona_swap alone has nothing to rewrite: its other pairs have no partner)
     rewrite_on = ctx.cfg.generation.rewrite_artifacts and ctx.cfg.filters.artifact_gate
-    if rewrite_on and set(writer.names) != {SWAP}:
+    if rewrite_on and not set(writer.names) <= {SWAP, CONTRAST}:
         writer.partners = writer.partners or swap_partners(rubrics)
         with timed(ctx.seconds, "pairs: artifact gate and its rewrites"):
             found = await rewrite_artifacts(ctx, rubrics, writer.partners, writer.rewrite)
@@ -337,9 +443,21 @@ _SAMPLES = {
     "chosen": _COMMON,
     "rejected": {**_COMMON, "strategy": "a_strategy", "strategy_instruction": "An instruction."},
 }
+_REWRITE = {
+    "base_answer": {"question": "A question?", "word_budget": 100},
+    "rewrite": {
+        "question": "A question?",
+        "word_budget": 100,
+        "base": "An answer.",
+        "statements": ["A preference in the user's words."],
+        "instructions": ["An instruction."],
+    },
+}
 
 
 def configured(cfg) -> dict[str, dict]:
+    if cfg.generation.design == REWRITE:
+        return _REWRITE
     return {task: _SAMPLES[role] for role, task in tasks_of(cfg).items()}
 
 
@@ -352,8 +470,9 @@ STAGE = Stage(
     run=run,
     role="generator",
     tasks=TASKS,
-    calls=(*TASKS, "first_rejected"),  # first_rejected: the answer the gate had rewritten
-    samples=_SAMPLES,
+    # first_rejected: the answer the gate had rewritten
+    calls=("content_plan", "base_answer", "chosen", "rejected", "first_rejected"),
+    samples={**_SAMPLES, **_REWRITE},
     configured=configured,
     funnel="pairs",
     about="{generation}, each ≤ {budget} words",

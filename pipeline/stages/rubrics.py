@@ -119,6 +119,25 @@ def imported(task: Task) -> RubricRecord | Dropped:
     )
 
 
+def stated(task: Task) -> RubricRecord:
+    """A library user's aspects are their own preference statements: what they said they want
+    is what an answer is judged by, in their words (a 1.5B planner wrote aspects any user would
+    get: "Use a tone that suits them")."""
+    return RubricRecord(
+        task=task,
+        rubric_aspects=[
+            RubricAspect(
+                aspect=p.statement,
+                evidence=f"[stated preference] {p.dimension}: {p.level}",
+                reason=f"the user's own statement of their {p.dimension} preference",
+            )
+            for p in task.persona.preferences
+        ],
+        narrative=task.persona.narrative or task.persona.summary,
+        source="stated",
+    )
+
+
 async def run(ctx: RunContext, tasks: Records) -> Records:
     planner = load_prompt("planner")
     source = ctx.cfg.rubrics.source
@@ -126,6 +145,8 @@ async def run(ctx: RunContext, tasks: Records) -> Records:
     async def plan(task: Task) -> RubricRecord | Dropped:
         if source == "imported":
             return imported(task)
+        if source == "stated" and task.persona.preferences:
+            return stated(task)
         try:
             result = await ctx.llm.call(
                 planner,
@@ -184,7 +205,7 @@ STAGE = Stage(
     tasks=("planner",),
     calls=("planner",),
     samples={"planner": {"profile": _PROFILE, "question": "A question?"}},
-    # imported aspects need no planner
+    # imported aspects need no planner (stated ones neither, but users without any do)
     configured=lambda cfg: {} if cfg.rubrics.source == "imported" else STAGE.samples,
     funnel="rubrics",
     about="a planner model derives rubric aspects, each citing profile items as evidence, and "

@@ -34,6 +34,7 @@ RECORDINGS = {
     "demo-local": "configs/local.yaml",
     "real-default": "configs/real-default.yaml",
     "real-instructed": "configs/real-instructed.yaml",
+    "real-fit": "configs/real-fit.yaml",
 }
 
 

@@ -1,0 +1,59 @@
+"""Whether an intended difference between two answers is in their text, model-free (a leaf).
+
+The rewrite design (pipeline/stages/pairs.py) writes both answers of a pair from one base
+answer, each side told how to differ on the dimensions where its user and the contrasting user
+differ. What a 1.5B was told is not what it wrote: each difference is verified here where the
+dimension is visible in the text (layout by its list markers, depth by length, expertise by
+how often terms are explained), and a pair with no realised difference is not released.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pipeline.text import word_count
+
+_NUMBERED = re.compile(r"^\s*(\d+[.)]|step \d+)", re.IGNORECASE)
+_BULLET = re.compile(r"^\s*[-*•]\s+")
+# how a text explains a term to a beginner: "X means", "X, which is", "(that is, …)", "called"
+_EXPLAINS = re.compile(
+    r"\b(means|meaning|which is|that is|i\.e\.|in other words|refers to|is called|"
+    r"is when|simply put|in plain words|basically)\b|\(",
+    re.IGNORECASE,
+)
+DEPTH = {"brief": 0, "balanced": 1, "in_depth": 2}
+EXPERTISE = {"novice": 0, "intermediate": 1, "expert": 2}
+LONGER = 1.25  # the deeper answer has at least this many times the shallower one's words
+
+
+def layout(text: str) -> str:
+    """step_by_step (2+ numbered lines), bulleted_list (2+ bullet lines), prose (no list line)
+    or mixed."""
+    lines = [x for x in text.splitlines() if x.strip()]
+    numbered = sum(bool(_NUMBERED.match(x)) for x in lines)
+    bullets = sum(bool(_BULLET.match(x)) for x in lines)
+    if numbered >= 2 and bullets == 0:
+        return "step_by_step"
+    if bullets >= 2 and numbered == 0:
+        return "bulleted_list"
+    return "prose" if numbered + bullets == 0 else "mixed"
+
+
+def explanations(text: str) -> float:
+    """Term explanations per 100 words."""
+    return 100 * len(_EXPLAINS.findall(text)) / max(1, word_count(text))
+
+
+def realised(dimension: str, levels: tuple[str, str], texts: tuple[str, str]) -> bool | None:
+    """Whether the two texts differ as their levels say (chosen's first); None: this dimension
+    is not visible to a model-free reading."""
+    (a, b), (x, y) = levels, texts
+    if dimension == "format":
+        return layout(x) == a and layout(y) == b
+    if dimension == "depth" and a in DEPTH and b in DEPTH:
+        deep, shallow = (x, y) if DEPTH[a] > DEPTH[b] else (y, x)
+        return word_count(deep) >= LONGER * word_count(shallow)
+    if dimension == "expertise" and a in EXPERTISE and b in EXPERTISE:
+        novice, expert = (x, y) if EXPERTISE[a] < EXPERTISE[b] else (y, x)
+        return explanations(novice) > explanations(expert)
+    return None
