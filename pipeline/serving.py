@@ -1,7 +1,9 @@
-"""Running prb's HTTP servers (the simulator, the reward server): the port is taken before
-anything claims to listen, and SIGTERM/SIGINT stop the server within `GRACE_S` seconds even with
-requests in flight: what is still running near the end of the grace is answered 503 with
-Retry-After (the client's retry policy knows what to do with that), and one line says so.
+"""Running prb's HTTP servers (the simulator, the reward server, the local model), owned by
+none of them: a free port, a server in a subprocess until its health answers
+(`subprocess_server`, stopped with its block), the port taken before anything claims to listen,
+and SIGTERM/SIGINT stop the server within `GRACE_S` seconds even with requests in flight: what
+is still running near the end of the grace is answered 503 with Retry-After (the client's retry
+policy knows what to do with that), and one line says so.
 """
 
 from __future__ import annotations
@@ -13,8 +15,13 @@ import ipaddress
 import json
 import logging
 import socket
+import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable
+
+import httpx
 
 from pipeline.errors import PortInUse, PrbError
 
@@ -133,3 +140,57 @@ def serve(app, host: str, port: int, announce: Callable[[], None] | None = None)
         drain, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE_S
     )
     Server(config).run(sockets=[sock])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def subprocess_server(
+    cmd: list[str],
+    health_url: str,
+    name: str,
+    *,
+    error: type[Exception] = RuntimeError,
+    startup_timeout: float = 30.0,
+    quiet: bool = False,
+):
+    """Run `cmd` for the block, from the moment `health_url` answers 200 (the simulator, the
+    local model). `quiet`: its output goes to a temporary file, never a pipe nobody reads (a
+    full pipe would stall the server), and an exit at startup quotes its last line."""
+    with contextlib.ExitStack() as stack:
+        log = stack.enter_context(tempfile.TemporaryFile("w+")) if quiet else None
+        proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+        stack.callback(_stop, proc)
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if proc.poll() is not None:
+                last = []
+                if log is not None:
+                    log.seek(0)
+                    last = log.read().strip().splitlines()[-1:]
+                raise error(
+                    f"{name} exited with code {proc.returncode} at startup"
+                    + (f": {last[0]}" if last else "")
+                )
+            try:
+                if httpx.get(health_url, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise error(f"{name} did not answer on {health_url} in {startup_timeout:g}s")
+            time.sleep(0.1)
+        yield proc
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -149,7 +149,7 @@ def test_prb_sim_server_serves_the_openai_api_with_its_options(tmp_path):
 
     import httpx
 
-    from pipeline.sim.server import free_port
+    from pipeline.serving import free_port
 
     port = free_port()
     prb = Path(sys.executable).parent / "prb"

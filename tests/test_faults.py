@@ -37,7 +37,8 @@ from pipeline.llm.backends.base import classify
 from pipeline.llm.backends.openai import BAD_REQUEST, PERMANENT
 from pipeline.llm.cache import ResponseCache
 from pipeline.llm.prompts import load_prompt
-from pipeline.sim.server import SimOptions, create_app, free_port
+from pipeline.serving import free_port
+from pipeline.sim.server import SimOptions, create_app
 
 DEFAULTS = SimOptions()
 

@@ -28,7 +28,7 @@ from pipeline.personas.files import PersonaFileError
 from pipeline.release.publish import PushRefused, push
 from pipeline.run.flow import build as build_flow
 from pipeline.run.rundir import FingerprintError, move_aside
-from pipeline.sim.server import free_port
+from pipeline.serving import free_port
 
 SMALL = {"per_category": 2}
 

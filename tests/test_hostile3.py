@@ -26,7 +26,7 @@ from test_crash import PRB, prefect_env
 from test_hostile import one_line, prb
 
 from pipeline import csvfile
-from pipeline.sim.server import free_port
+from pipeline.serving import free_port
 
 # --- 1. CSV as a format, not as lines ---------------------------------------------------------
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -172,3 +173,49 @@ def test_personas_commands_print_markup_in_ids_as_text(tmp_path):
     )
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr + done.stdout and "[/red]x" in done.stdout
+
+
+def test_a_terminated_reward_server_takes_its_simulator_with_it(tmp_path):
+    """uvicorn re-raises the SIGTERM it drained on: the default handler killed prb there, and
+    its simulator child ran on, reparented and still answering (issue 48)."""
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+    from test_crash import kill_group, prefect_env
+
+    from pipeline.serving import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", "reward-server", "--rm", "length", "--sim"]
+        + ["--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=prefect_env(),
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert children, "the simulator runs as a child"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 143, err
+    assert err.strip().splitlines() == ["error: terminated; nothing finished is lost"], err
+    for child in children:
+        assert (
+            not Path(f"/proc/{child}").exists()
+            or "zombie" in Path(f"/proc/{child}/status").read_text().lower()
+        ), f"the simulator {child} outlived its reward server"

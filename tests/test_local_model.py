@@ -223,7 +223,7 @@ def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():
 
     import httpx
 
-    from pipeline.sim.server import free_port
+    from pipeline.serving import free_port
 
     port = free_port()
     proc = subprocess.Popen(

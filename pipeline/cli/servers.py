@@ -107,7 +107,11 @@ def reward_server(
     import contextlib
 
     from pipeline.rl.server import Scorer, serve
+    from pipeline.run import stopping
 
+    # uvicorn re-raises the SIGTERM it caught once it has drained: with the default handler
+    # the process died there and left its simulator child running; prb's unwinds (exit 143)
+    stopping.exit_on_sigterm()
     with contextlib.ExitStack() as stack:
         cfg = judge_config(stack, config, sim, base_url)
         Scorer.check(rm, cfg, context)  # a bad spec: one line, before the server starts

@@ -240,7 +240,7 @@ def running(
 ):
     """Serve a local model in a subprocess on a free loopback port; yields
     (base URL, model id, weights SHA-256)."""
-    from pipeline.sim.server import free_port, subprocess_server
+    from pipeline.serving import free_port, subprocess_server
 
     path, digest, m = weights(name)
     alias = model_id(path, digest)

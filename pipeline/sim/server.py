@@ -14,18 +14,14 @@ import json
 import math
 import random
 import re
-import socket
-import subprocess
 import sys
-import tempfile
-import time
 from collections import Counter
 from dataclasses import dataclass, field, fields
 
-import httpx
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from pipeline.serving import free_port, subprocess_server  # noqa: F401 (re-exported)
 from pipeline.sim import batches
 from pipeline.sim import faults as extra_faults
 from pipeline.sim.completion import chat_completion, prompt_words
@@ -400,12 +396,6 @@ def with_logprobs(content: str, k: int) -> tuple[str, dict]:
     return top[0]["token"], {"content": [entry], "refusal": None}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 OPTION_FLAGS = {
     "latency_ms": "--latency-ms",
     "rate_429": "--rate-429",
@@ -436,54 +426,6 @@ def serve(port: int, opts: SimOptions, host: str = "127.0.0.1", announce=None) -
     from pipeline import serving
 
     serving.serve(create_app(opts), host, port, announce)
-
-
-@contextlib.contextmanager
-def subprocess_server(
-    cmd: list[str],
-    health_url: str,
-    name: str,
-    *,
-    error: type[Exception] = RuntimeError,
-    startup_timeout: float = 30.0,
-    quiet: bool = False,
-):
-    """Run `cmd` for the block, from the moment `health_url` answers 200 (the simulator, the
-    local model). `quiet`: its output goes to a temporary file, never a pipe nobody reads (a
-    full pipe would stall the server), and an exit at startup quotes its last line."""
-    with contextlib.ExitStack() as stack:
-        log = stack.enter_context(tempfile.TemporaryFile("w+")) if quiet else None
-        proc = subprocess.Popen(cmd, stdout=log, stderr=log)
-        stack.callback(_stop, proc)
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if proc.poll() is not None:
-                last = []
-                if log is not None:
-                    log.seek(0)
-                    last = log.read().strip().splitlines()[-1:]
-                raise error(
-                    f"{name} exited with code {proc.returncode} at startup"
-                    + (f": {last[0]}" if last else "")
-                )
-            try:
-                if httpx.get(health_url, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise error(f"{name} did not answer on {health_url} in {startup_timeout:g}s")
-            time.sleep(0.1)
-        yield proc
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 @contextlib.contextmanager
