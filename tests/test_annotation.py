@@ -624,3 +624,16 @@ def test_imports_started_together_all_count(run_copy, tmp_path):
     outs = [p.communicate(timeout=120)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert len(load_labels(run_dir)) == expected
+
+
+def test_more_gold_items_than_pairs_in_a_batch_is_refused(run_copy):
+    """`--gold 1000` on 6 pairs made nearly every item gold, silently (issue 48)."""
+    from pipeline.annotation.export import kept_pairs, plan
+
+    run_dir, _ = run_copy
+    pairs = kept_pairs(run_dir)
+    with pytest.raises(
+        AnnotationError, match=f"--gold 1000: more gold items than the {len(pairs)}"
+    ):
+        plan(pairs, "demo", cfg(batch_size=50, gold_per_batch=1000), 1, ["a"], "e1")
+    assert plan(pairs, "demo", cfg(batch_size=50, gold_per_batch=len(pairs)), 1, ["a"], "e1")

@@ -78,6 +78,12 @@ def plan(
     the same seed) share an item id, and a label can only ever land on its own export's item."""
     if len(pool) < annotators:
         raise AnnotationError(f"annotator pool has {len(pool)} ids, fewer than {annotators}")
+    per_batch = min(cfg.batch_size, len(pairs))
+    if cfg.gold_per_batch > per_batch:  # gold items check the annotators, never outnumber pairs
+        raise AnnotationError(
+            f"--gold {cfg.gold_per_batch}: more gold items than the {per_batch} pairs of a batch "
+            f"({len(pairs)} pairs, batches of {cfg.batch_size}); give at most {per_batch}"
+        )
     rng = random.Random(f"prb-annotation:{cfg.seed}")
     used: set[str] = set()
 

@@ -115,7 +115,8 @@ def reward_server(
     with contextlib.ExitStack() as stack:
         cfg = judge_config(stack, config, sim, base_url)
         Scorer.check(rm, cfg, context)  # a bad spec: one line, before the server starts
-        said = f"reward server for {rm} on http://{host}:{port} (POST /score, GET /health)"
+        shown = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
+        said = f"reward server for {rm} on http://{shown}:{port} (POST /score, GET /health)"
         serve(
             rm,
             cfg,

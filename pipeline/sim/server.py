@@ -454,8 +454,9 @@ def port_number(text: str) -> int:
     return value
 
 
-def amount(kind: type):
-    """An option's number of `kind`: finite and not negative (a rate, a latency, a count)."""
+def amount(kind: type, at_most: float = math.inf):
+    """An option's number of `kind`: finite, not negative and at most `at_most` (a rate, a
+    latency, a count)."""
 
     def parse(text: str):
         try:
@@ -464,9 +465,16 @@ def amount(kind: type):
             raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
         if not math.isfinite(value) or value < 0:
             raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number >= 0")
+        if value > at_most:
+            raise argparse.ArgumentTypeError(f"{text!r}: a share of requests, 0 to {at_most:g}")
         return value
 
     return parse
+
+
+def is_share(name: str) -> bool:
+    """A SimOptions field that is a share of requests (0-1): the rates but rpm, tpm."""
+    return name.startswith("rate_") or name.endswith("_rate")
 
 
 def arguments() -> argparse.ArgumentParser:
@@ -479,7 +487,8 @@ def arguments() -> argparse.ArgumentParser:
         if isinstance(default, bool):
             ap.add_argument(flag, action="store_true")
         elif isinstance(default, int | float):
-            ap.add_argument(flag, type=amount(type(default)), default=default)
+            limit = 1.0 if is_share(name) else math.inf
+            ap.add_argument(flag, type=amount(type(default), limit), default=default)
         else:
             ap.add_argument(flag, type=type(default), default=default)
     return ap
