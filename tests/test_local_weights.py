@@ -87,3 +87,28 @@ def test_model_local_names_a_known_model_and_is_execution_only():
     with pytest.raises(ConfigError, match="unknown local model 'gpt-5'"):
         load_config(None, model__local="gpt-5")
     assert local.spec(None).name == "qwen2.5-1.5b"
+
+
+def test_a_hand_written_stamp_beside_other_bytes_is_not_trusted(parts_on_path, tmp_path):
+    """A file of the pinned size with a stamp written by hand (its size and modification time
+    copied) was accepted with the pinned hash printed: the file was never hashed (issue 48)."""
+    import json
+    import os
+
+    m = fake_parts(parts_on_path, [b"GGUF" + b"a" * 100, b"b" * 10])
+    fake = tmp_path / "models" / "fake.gguf"
+    fake.parent.mkdir(parents=True)
+    fake.write_bytes(b"\0" * m.size)
+    st = fake.stat()
+    forged = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": m.sha256}
+    local._stamp_path(fake).write_text(json.dumps(forged))
+    with pytest.raises(local.LocalModelError, match="is not fake-3part's"):
+        local.verified_digest(fake, m)
+    # a stamp copied from the real file's identity fields but for another inode: not trusted
+    real = local.assemble(m, out=tmp_path / "real.gguf")
+    fake.write_bytes(b"\0" * m.size)
+    os.utime(fake, ns=(real.stat().st_atime_ns, real.stat().st_mtime_ns))
+    local._stamp_path(fake).write_text(local._stamp_path(real).read_text())
+    with pytest.raises(local.LocalModelError, match="is not fake-3part's"):
+        local.verified_digest(fake, m)
+    assert local.verified_digest(real, m) == m.sha256  # the real stamp still spares a hash

@@ -15,7 +15,14 @@ import pytest
 from conftest import build, write_config
 
 sys.path.insert(0, str(Path(__file__).parent / "real_model"))
-from record import RECORDINGS, file_hashes, fixture_path, read_fixture, replay_config  # noqa: E402
+from record import (  # noqa: E402
+    RECORDINGS,
+    FixtureError,
+    file_hashes,
+    fixture_path,
+    read_fixture,
+    replay_config,
+)
 
 from pipeline.llm.prompts import load_prompt  # noqa: E402
 from pipeline.release.publish import verify  # noqa: E402
@@ -99,3 +106,26 @@ def test_a_replay_answers_from_the_cache_and_fails_as_the_recording_did(tmp_path
     )  # an empty cache: nothing recorded
     with pytest.raises(PrbError, match="model.replay: no recorded answer"):
         build(stale)
+
+
+def test_a_fixture_edited_or_damaged_by_hand_is_refused(tmp_path):
+    """Every `judge_blind` verdict flipped and the file gzipped again replayed with exit 0
+    and the same funnel, and `record.py --refresh` took the edit as the new expectation; a
+    byte-flipped fixture was a raw BadGzipFile (issue 48). Each fixture proves itself against
+    its recorded digest (tests/real_model/digests.json)."""
+    import gzip
+
+    original = fixture_path("demo-local")
+    edited = tmp_path / original.name
+    data = read_fixture(original)
+    assert data["responses"]
+    row = data["responses"][0]
+    row[next(k for k, v in row.items() if isinstance(v, str) and len(v) > 20)] += " (edited)"
+    edited.write_bytes(gzip.compress(json.dumps(data).encode()))
+    with pytest.raises(FixtureError, match="is not what was recorded"):
+        read_fixture(edited)
+    damaged = bytearray(original.read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    edited.write_bytes(bytes(damaged))
+    with pytest.raises(FixtureError, match="not a readable fixture|is not what was recorded"):
+        read_fixture(edited)

@@ -148,20 +148,25 @@ def _stamp_path(path: Path) -> Path:
     return path.with_name(path.name + ".sha256.json")
 
 
+def _identity(st: os.stat_result) -> list[int]:
+    """What ties a stamp to one state of one file: its inode, size, and the modification and
+    change times (the change time cannot be set back by hand, as a modification time can)."""
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
 def _stamp(path: Path, digest: str) -> None:
-    st = path.stat()
-    _stamp_path(path).write_text(
-        json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest})
-    )
+    """Written only after a real hash of the file (assemble, verified_digest)."""
+    _stamp_path(path).write_text(json.dumps({"file": _identity(path.stat()), "sha256": digest}))
 
 
 def verified_digest(path: Path, m: LocalModel) -> str:
     """The file's SHA-256, checked against the pinned one. Hashing 1.1 GB takes seconds, so a
-    stamp beside the file (size, mtime, digest) spares it while the file is unchanged."""
+    stamp beside the file, written after a real hash, spares it while that very file is
+    unchanged (inode, size, times: a hand-written stamp beside another file never matches)."""
     st = path.stat()
-    with contextlib.suppress(OSError, ValueError, KeyError):
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         seen = json.loads(_stamp_path(path).read_text())
-        if (seen["size"], seen["mtime_ns"]) == (st.st_size, st.st_mtime_ns):
+        if seen["file"] == _identity(st):
             digest = seen["sha256"]
             if digest == m.sha256:
                 return digest

@@ -17,6 +17,7 @@ offline from the fixture, with no model running. Takes what the build takes (hou
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import shutil
 import subprocess
@@ -42,15 +43,44 @@ def fixture_path(name: str) -> Path:
     return HERE / f"{name}.json.gz"
 
 
+# fixture file name -> the SHA-256 of its JSON as recorded: a fixture proves itself against it
+# (a response edited by hand, re-gzipped, replayed as if the model wrote it), and a new
+# recording or a refresh is the only writer of both
+DIGESTS = HERE / "digests.json"
+
+
+class FixtureError(Exception):
+    """A fixture that is not what was recorded: edited, damaged or unknown."""
+
+
+def digests() -> dict[str, str]:
+    return json.loads(DIGESTS.read_text()) if DIGESTS.exists() else {}
+
+
 def write_fixture(path: Path, data: dict) -> None:
     raw = json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
     with open(path, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", mtime=0) as gz:
         gz.write(raw)
+    table = digests() | {path.name: hashlib.sha256(raw).hexdigest()}
+    DIGESTS.write_text(json.dumps(dict(sorted(table.items())), indent=2) + "\n")
 
 
 def read_fixture(path: Path) -> dict:
-    with gzip.open(path, "rb") as f:
-        return json.loads(f.read())
+    """The fixture's data, once its content hash is the one recorded in digests.json."""
+    try:
+        with gzip.open(path, "rb") as f:
+            raw = f.read()
+    except (OSError, EOFError) as e:  # BadGzipFile is an OSError
+        raise FixtureError(f"{path}: not a readable fixture ({type(e).__name__}: {e})") from None
+    want = digests().get(path.name)
+    found = hashlib.sha256(raw).hexdigest()
+    if want != found:
+        raise FixtureError(
+            f"{path}: its content (sha256 {found[:12]}) is not what was recorded "
+            f"({(want or 'none')[:12]} in {DIGESTS.name}): record it again on the model "
+            f"(`make record-real NAME={path.name.removesuffix('.json.gz')}`), never by hand"
+        )
+    return json.loads(raw)
 
 
 def config_for(name: str, outputs: Path) -> Path:
@@ -150,7 +180,10 @@ def main() -> None:
     args = ap.parse_args()
     name = args.name
     if args.refresh:
-        return refresh(name)
+        try:
+            return refresh(name)
+        except FixtureError as e:  # --refresh never takes an edited fixture as the new truth
+            sys.exit(str(e))
     with tempfile.TemporaryDirectory(prefix=f"prb-record-{name}-") as tmp:
         outputs = (args.keep.resolve() if args.keep else Path(tmp)) / "outputs"
         outputs.mkdir(parents=True, exist_ok=True)
