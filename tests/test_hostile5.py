@@ -219,3 +219,26 @@ def test_a_terminated_reward_server_takes_its_simulator_with_it(tmp_path):
             not Path(f"/proc/{child}").exists()
             or "zombie" in Path(f"/proc/{child}/status").read_text().lower()
         ), f"the simulator {child} outlived its reward server"
+
+
+def test_the_resume_line_repeats_the_endpoint_that_was_given(tmp_path, sim_factory):
+    """Run as printed, a resume line without the `--base-url` given found no endpoint (exit 5)."""
+    import subprocess
+    import sys
+
+    from conftest import write_config
+    from test_crash import prefect_env
+
+    url = sim_factory(rate_429=0.7, retry_after="99999999", fault_tasks="rejected")
+    config = write_config(tmp_path, "http://127.0.0.1:9/v1", personas={"per_category": 4})
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "build", "--config", str(config)]
+        + ["--base-url", url],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=prefect_env(),
+    )
+    assert done.returncode == 7, done.stderr[-1000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"rerun `prb build --config {config} --base-url {url} --run-id demo`" in last, last

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
@@ -100,9 +101,16 @@ def build(
         import logging
 
         logging.basicConfig(level=logging.DEBUG)
-    result = run_build(config, overrides, mode, runner, address, shards, force_new_run)
-    run = Path(result["run_dir"]).name
-    print_summary(result, f"rerun `prb build --config {config} --run-id {run}`")
+    # the command that resumes: every option that chose what and where to build, given again
+    again = [("--config", config), ("--base-url", base_url)]
+    again += [("--mode", mode if mode != "online" else None), ("--runner", runner)]
+    again += [("--address", address), ("--shards", shards if runner == "dask" else None)]
+    words = ["prb", "build"] + [
+        w for flag, v in again if v is not None and v != "default" for w in (flag, str(v))
+    ]
+    resume = f"rerun `{shlex.join(words)} --run-id {{run_id}}`"
+    result = run_build(config, overrides, mode, runner, address, shards, force_new_run, resume)
+    print_summary(result, resume.format(run_id=Path(result["run_dir"]).name))
 
 
 # the demo starts its own model server (the simulator, the local model): `prb build` alone would

@@ -51,9 +51,10 @@ def run_build(
                 f"--mode batch: model.provider {cfg.model.provider} has no batch "
                 "mode in prb; use --mode online"
             )
-    resume = resume or (
-        f"rerun `prb build{f' --config {config}' if config else ''} --run-id {cfg.run_id}`"
+    resume = (
+        resume or f"rerun `prb build{f' --config {config}' if config else ''} --run-id {{run_id}}`"
     )
+    resume = resume.replace("{run_id}", cfg.run_id)
     stopping.exit_on_sigterm()
     from prefect.exceptions import TerminationSignal
 
