@@ -242,3 +242,22 @@ def test_the_resume_line_repeats_the_endpoint_that_was_given(tmp_path, sim_facto
     assert done.returncode == 7, done.stderr[-1000:]
     last = done.stderr.strip().splitlines()[-1]
     assert f"rerun `prb build --config {config} --base-url {url} --run-id demo`" in last, last
+
+
+@pytest.mark.parametrize(
+    ("records", "said"),
+    [
+        ([{"data": {}, "annotations": [{"result": "nope"}]}], "task 1 is not as Label Studio"),
+        ([{"data": {}, "annotations": 5}], "task 1 is not as Label Studio"),
+        ([{"fields": {}, "responses": {"preference": 5}}], "record 1 is not as Argilla"),
+        ([{"fields": {}, "responses": ["x"]}], "record 1 is not as Argilla"),
+    ],
+)
+def test_malformed_label_studio_or_argilla_json_is_one_line(tmp_path, records, said):
+    from pipeline.annotation.formats import read_labels
+    from pipeline.annotation.layout import AnnotationError
+
+    path = tmp_path / "labels.json"
+    path.write_text(json.dumps(records))
+    with pytest.raises(AnnotationError, match=said):
+        read_labels(path)

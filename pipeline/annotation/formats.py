@@ -93,38 +93,55 @@ def read_csv(path: Path, text: str) -> list[RawLabel]:
     return out
 
 
+def _malformed(path: Path, where: str, tool: str):
+    """A task or record whose fields have the wrong shape ("result": "nope", "annotations":
+    5): one line naming it, never a traceback."""
+    return AnnotationError(
+        f"{path}: {where} is not as {tool} exports it (a field of the wrong type): export the "
+        f"labels again from {tool}, unedited"
+    )
+
+
 def read_label_studio(path: Path, tasks: list[dict]) -> list[RawLabel]:
     out = []
     for t_no, task in enumerate(tasks, start=1):
-        data = task.get("data") or {}
-        for a_no, ann in enumerate(task.get("annotations") or [], start=1):
-            if ann.get("was_cancelled"):
-                continue  # skipped in the tool: not a label
-            values: dict[str, object] = {}
-            for r in ann.get("result") or []:
-                name, value = r.get("from_name"), r.get("value") or {}
-                if "choices" in value and value["choices"]:
-                    values[name] = value["choices"][0]
-                elif "rating" in value:
-                    values[name] = value["rating"]
-                elif "text" in value:
-                    text = value["text"]
-                    values[name] = "\n".join(text) if isinstance(text, list) else text
-            who = ann.get("completed_by")
-            if isinstance(who, dict):
-                who = who.get("email") or who.get("id")
-            out.append(
-                RawLabel(
-                    where=f"{path.name} task {task.get('id', t_no)} "
-                    f"annotation {ann.get('id', a_no)}",
-                    item_id=data.get("item_id"),
-                    batch_id=data.get("batch_id"),
-                    annotator_id=None if who is None else str(who),
-                    export_id=data.get("export_id"),
-                    values=values,
-                    labelled_at=ann.get("updated_at") or ann.get("created_at"),
-                )
+        try:
+            out += _label_studio_task(path, t_no, task)
+        except (AttributeError, TypeError, KeyError, IndexError):
+            raise _malformed(path, f"task {t_no}", "Label Studio") from None
+    return out
+
+
+def _label_studio_task(path: Path, t_no: int, task: dict) -> list[RawLabel]:
+    out = []
+    data = task.get("data") or {}
+    for a_no, ann in enumerate(task.get("annotations") or [], start=1):
+        if ann.get("was_cancelled"):
+            continue  # skipped in the tool: not a label
+        values: dict[str, object] = {}
+        for r in ann.get("result") or []:
+            name, value = r.get("from_name"), r.get("value") or {}
+            if "choices" in value and value["choices"]:
+                values[name] = value["choices"][0]
+            elif "rating" in value:
+                values[name] = value["rating"]
+            elif "text" in value:
+                text = value["text"]
+                values[name] = "\n".join(text) if isinstance(text, list) else text
+        who = ann.get("completed_by")
+        if isinstance(who, dict):
+            who = who.get("email") or who.get("id")
+        out.append(
+            RawLabel(
+                where=f"{path.name} task {task.get('id', t_no)} annotation {ann.get('id', a_no)}",
+                item_id=data.get("item_id"),
+                batch_id=data.get("batch_id"),
+                annotator_id=None if who is None else str(who),
+                export_id=data.get("export_id"),
+                values=values,
+                labelled_at=ann.get("updated_at") or ann.get("created_at"),
             )
+        )
     return out
 
 
@@ -153,28 +170,37 @@ def _nested(record: dict) -> dict[str, list[dict]]:
 def read_argilla(path: Path, records: list[dict]) -> list[RawLabel]:
     out = []
     for r_no, record in enumerate(records, start=1):
-        meta = record.get("metadata") or {
-            k.removeprefix("metadata."): v for k, v in record.items() if k.startswith("metadata.")
-        }
-        item_id = meta.get("item_id") or record.get("id")
-        by_user: dict[str, dict[str, object]] = {}
-        for question, responses in _nested(record).items():
-            for resp in responses or []:
-                if resp.get("status") not in (None, "submitted"):
-                    continue  # drafts and discards are not labels
-                by_user.setdefault(str(resp.get("user_id")), {})[question] = resp.get("value")
-        for user, values in by_user.items():
-            out.append(
-                RawLabel(
-                    where=f"{path.name} record {item_id or r_no} user {user}",
-                    item_id=item_id,
-                    batch_id=meta.get("batch_id"),
-                    annotator_id=None if user == "None" else user,
-                    export_id=meta.get("export_id"),
-                    values={k: v for k, v in values.items() if k in LABEL_FIELDS},
-                    labelled_at=record.get("updated_at") or record.get("inserted_at"),
-                )
+        try:
+            out += _argilla_record(path, r_no, record)
+        except (AttributeError, TypeError, KeyError, IndexError):
+            raise _malformed(path, f"record {r_no}", "Argilla") from None
+    return out
+
+
+def _argilla_record(path: Path, r_no: int, record: dict) -> list[RawLabel]:
+    out = []
+    meta = record.get("metadata") or {
+        k.removeprefix("metadata."): v for k, v in record.items() if k.startswith("metadata.")
+    }
+    item_id = meta.get("item_id") or record.get("id")
+    by_user: dict[str, dict[str, object]] = {}
+    for question, responses in _nested(record).items():
+        for resp in responses or []:
+            if resp.get("status") not in (None, "submitted"):
+                continue  # drafts and discards are not labels
+            by_user.setdefault(str(resp.get("user_id")), {})[question] = resp.get("value")
+    for user, values in by_user.items():
+        out.append(
+            RawLabel(
+                where=f"{path.name} record {item_id or r_no} user {user}",
+                item_id=item_id,
+                batch_id=meta.get("batch_id"),
+                annotator_id=None if user == "None" else user,
+                export_id=meta.get("export_id"),
+                values={k: v for k, v in values.items() if k in LABEL_FIELDS},
+                labelled_at=record.get("updated_at") or record.get("inserted_at"),
             )
+        )
     return out
 
 
