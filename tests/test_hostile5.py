@@ -261,3 +261,14 @@ def test_malformed_label_studio_or_argilla_json_is_one_line(tmp_path, records, s
     path.write_text(json.dumps(records))
     with pytest.raises(AnnotationError, match=said):
         read_labels(path)
+
+
+def test_eval_rl_without_its_extras_names_the_install(tmp_path, monkeypatch):
+    """`prb eval rl --sim` without the rl extra was a ModuleNotFoundError (exit 70)."""
+    import sys
+
+    from pipeline.rl.train import RLError, run
+
+    monkeypatch.setitem(sys.modules, "trl", None)  # as if TRL were not installed
+    with pytest.raises(RLError, match=r"pip install '\.\[hf,rl\]'"):
+        run("r", ["length"], None, tmp_path, tmp_path / "out")

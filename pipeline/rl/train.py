@@ -297,7 +297,15 @@ def run(
     context: str = "profile",
 ) -> dict:
     """Everything `prb eval rl` does; writes out/rl.{md,csv,json,png}."""
-    import trl
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+        import trl
+    except ImportError as e:  # one line with the install, as the hf reward model says it
+        raise RLError(
+            f"prb eval rl needs the optional extras: pip install '.[hf,rl]' (torch, "
+            f"transformers, TRL): {e}"
+        ) from None
 
     from pipeline.eval.bon import correlation
 
