@@ -272,3 +272,18 @@ def test_eval_rl_without_its_extras_names_the_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "trl", None)  # as if TRL were not installed
     with pytest.raises(RLError, match=r"pip install '\.\[hf,rl\]'"):
         run("r", ["length"], None, tmp_path, tmp_path / "out")
+
+
+def test_rm_specs_take_the_helps_grammar_and_refuse_unknown_options():
+    """`--rm random,seed=3` (KIND[,key=value…]) was an "unknown kind", and `judge:modle=x` was
+    scored with the config's judge, the typo ignored (issue 48)."""
+    from pipeline.eval.models import parse_spec
+    from pipeline.eval.rewards import SpecError
+
+    rm = parse_spec("random,seed=3", llm=None, judge_model="j", context="profile")
+    assert (rm.kind, rm.seed) == ("random", 3)
+    assert parse_spec("random:seed=3", llm=None, judge_model="j", context="profile").seed == 3
+    with pytest.raises(SpecError, match="unknown option 'modle'; judge takes: context, model"):
+        parse_spec("judge:modle=x", llm=None, judge_model="j", context="profile")
+    with pytest.raises(SpecError, match="unknown option 'seed'; length takes: context"):
+        parse_spec("length,seed=1", llm=None, judge_model="j", context="profile")

@@ -11,6 +11,7 @@ an entry point of the group `prb.reward_models` (no prb file changed).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from pipeline.registry import Registry, resolve
@@ -22,6 +23,21 @@ class Kind:
     help: str  # one line for `prb eval --help`
     adapter: str  # "module:Class", imported when a spec names this kind
     extra: str | None = None  # the optional dependencies it needs (pyproject's extras)
+    # the key=value options its adapter reads besides `context` (None: not declared, any);
+    # another is refused, never ignored (`judge:modle=x` scored with the config's judge)
+    options: tuple[str, ...] | None = None
+
+
+HF_OPTIONS = (
+    "path",
+    "dtype",
+    "device",
+    "device_map",
+    "batch_size",
+    "max_length",
+    "max_batch_tokens",
+    "arch",
+)
 
 
 REWARD_MODELS: Registry[Kind] = Registry(
@@ -31,22 +47,30 @@ REWARD_MODELS: Registry[Kind] = Registry(
     builtin={
         k.name: k
         for k in (
-            Kind("random", "seeded random score (option seed=N)", "pipeline.eval.rewards:RandomRM"),
-            Kind("length", "longer answer wins", "pipeline.eval.rewards:LengthRM"),
+            Kind(
+                "random",
+                "seeded random score (option seed=N)",
+                "pipeline.eval.rewards:RandomRM",
+                options=("seed",),
+            ),
+            Kind("length", "longer answer wins", "pipeline.eval.rewards:LengthRM", options=()),
             Kind(
                 "overlap",
                 "lexical overlap between the user context and the answer",
                 "pipeline.eval.rewards:OverlapRM",
+                options=(),
             ),
             Kind(
                 "judge",
                 "LLM judge, pointwise 1-10 (option model=NAME; default the config's judge)",
                 "pipeline.eval.rewards:JudgeRM",
+                options=("model", "context_window"),
             ),
             Kind(
                 "judge-pair",
                 "LLM judge, pairwise, both A/B orders (option model=NAME)",
                 "pipeline.eval.rewards:PairwiseJudgeRM",
+                options=("model", "context_window"),
             ),
             Kind(
                 "hf",
@@ -55,6 +79,7 @@ REWARD_MODELS: Registry[Kind] = Registry(
                 "value-head; the `hf` extra)",
                 "pipeline.eval.hf:HFRewardModel",
                 extra="hf",
+                options=HF_OPTIONS,
             ),
             Kind(
                 "hf-pair",
@@ -62,6 +87,7 @@ REWARD_MODELS: Registry[Kind] = Registry(
                 "same options; the `hf` extra)",
                 "pipeline.eval.hf:HFPairRanker",
                 extra="hf",
+                options=HF_OPTIONS,
             ),
         )
     },
@@ -83,7 +109,8 @@ def parse_spec(
 ):
     """The adapter (a RewardModel) a `--rm` spec names, built with its options, under the named
     scoring protocol (pipeline/eval/protocol.py)."""
-    kind, _, rest = spec.partition(":")
+    # KIND:ARG,... or KIND,key=value,... (no ARG): the kind ends at the first ':' or ','
+    kind, rest = re.match(r"([^:,]*)[:,]?(.*)", spec, re.DOTALL).groups()
     from pipeline.eval.rewards import CONTEXT_MODES, SpecEnv, SpecError
 
     found = REWARD_MODELS.get(kind) if kind in REWARD_MODELS else None
@@ -98,6 +125,11 @@ def parse_spec(
             options[key.strip()] = value.strip()
         else:
             positional.append(part.strip())
+    if found.options is not None:
+        unknown = sorted(set(options) - {"context", *found.options})
+        if unknown:
+            takes = ", ".join(("context", *found.options))
+            raise SpecError(f"--rm {spec!r}: unknown option {unknown[0]!r}; {kind} takes: {takes}")
     if options.get("context", context) not in CONTEXT_MODES:
         raise SpecError(f"--rm {spec!r}: context must be one of {', '.join(CONTEXT_MODES)}")
     if protocol == "published" and options.get("context", "none") != "none":
