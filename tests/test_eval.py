@@ -308,6 +308,12 @@ def test_bon_from_file_and_from_the_generator(tmp_path, sim_url):
     summary = json.loads((out / "bon_summary.json").read_text())
     assert summary["correlation"]["win_rate"]["models"] == 3 and summary["skipped"] == {}
     assert (out / "bon_vs_accuracy.png").exists()
+    # a file whose ids are no row of the release: one line, not a summary of NaN (issue 48)
+    strangers = tmp_path / "strangers.jsonl"
+    strangers.write_text(json.dumps({"id": "nobody", "candidates": [generic, fitted]}) + "\n")
+    result = CliRunner().invoke(app, [*args, "--candidates", str(strangers)])
+    assert result.exit_code == 2, result.output
+    assert "none of its 1 ids is a row of" in " ".join(result.output.split())
 
     result = CliRunner().invoke(app, [*args, "--n", "3", "--out", str(tmp_path / "gen")])
     assert result.exit_code == 0, result.output

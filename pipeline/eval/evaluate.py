@@ -377,6 +377,11 @@ async def _run_bon(release, rows, rms, results, llm, cfg, out, seed, opts) -> di
     n = opts["n"]
     if opts.get("candidates"):
         candidates = bon.load_candidates(opts["candidates"], n)
+        if not {r["id"] for r in rows} & candidates.keys():  # nothing to score: no NaN summary
+            raise bon.CandidatesError(
+                f"{opts['candidates']}: none of its {len(candidates)} ids is a row of {release}: "
+                "write the release's row ids (`id`)"
+            )
         source = f"file {opts['candidates']}"
         failed = {r["id"]: "no candidates in the file" for r in rows if r["id"] not in candidates}
     else:
