@@ -108,6 +108,10 @@ def test_the_reward_server_scores_over_http_and_refuses_bad_input(server):
     json_type = {"content-type": "application/json"}
     r = httpx.post(f"{server}/score", content=b"not json", headers=json_type)
     assert r.status_code == 422 and "JSON" in r.json()["error"]
+    # the README's `curl -d '{...}'` sends a form type: the body is JSON all the same
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    r = httpx.post(f"{server}/score", content=json.dumps({"items": [ITEM]}), headers=form)
+    assert r.status_code == 200 and r.json()["scores"] == again["scores"], r.text
 
 
 def test_the_trl_and_verl_adapters_call_the_server(server, monkeypatch):

@@ -107,6 +107,7 @@ def make_app(make_scorer, concurrency: int = 4, max_items: int = MAX_ITEMS):
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
+    from pydantic import ValidationError
 
     state: dict = {}
 
@@ -139,8 +140,15 @@ def make_app(make_scorer, concurrency: int = 4, max_items: int = MAX_ITEMS):
         s = state["scorer"]
         return {"status": "ok", "rm": s.name, "context": s.rm.context}
 
-    @app.post("/score", response_model=ScoreResponse)
-    async def score(body: ScoreRequest):
+    async def score(request):
+        # the body is JSON whatever its Content-Type says (`curl -d` sends a form type, and
+        # FastAPI's declared body refused it with 422)
+        try:
+            body = ScoreRequest.model_validate_json(await request.body())
+        except ValidationError as e:
+            raise RequestValidationError(
+                [{**x, "loc": ("body", *x["loc"])} for x in e.errors()]
+            ) from None
         if len(body.items) > max_items:
             raise HTTPException(
                 413,
@@ -152,6 +160,10 @@ def make_app(make_scorer, concurrency: int = 4, max_items: int = MAX_ITEMS):
             except PermanentLLMError as e:  # the reward model's endpoint refuses: say so
                 raise HTTPException(502, f"the reward model's endpoint refused: {e}") from None
 
+    # the annotation as an object: FastAPI reads string ones in the module, where fastapi
+    # (imported here, lazily) is not
+    score.__annotations__ = {"request": Request}
+    app.post("/score", response_model=ScoreResponse)(score)
     return app
 
 
