@@ -36,6 +36,7 @@ SMOKE = {  # script -> (arguments at the smallest size, what its output must sho
     "rl_step.py": (["--steps", "1", "--batch", "2", "--generations", "2", "--tokens", "8"], "step"),
     "prompt_cache.py": ([], "cached"),
     "real_builds.py": (["demo-local"], "pairs released"),
+    "blind_read.py": (["items", RELEASE, "--out", "blind"], "items in"),
 }
 
 
