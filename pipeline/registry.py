@@ -16,6 +16,7 @@ A leaf: imports nothing of prb but its errors.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import pkgutil
 from collections.abc import Callable, Iterator, Mapping
@@ -31,6 +32,13 @@ log = logging.getLogger("prb")
 
 class RegistryError(PrbError):
     """A name taken twice, an entry of the wrong type, or a plugin that failed to load."""
+
+
+class UnknownName(RegistryError, KeyError):
+    """A name no entry has: says which names there are, and the closest (a KeyError too)."""
+
+    def __str__(self) -> str:  # KeyError's own would quote the message
+        return str(self.args[0])
 
 
 def resolve(ref: str) -> Any:
@@ -166,9 +174,16 @@ class Registry(Generic[T]):
         return entry
 
     def get(self, name: str) -> T:
-        """The entry called `name`, loaded and type-checked (KeyError if there is none)."""
+        """The entry called `name`, loaded and type-checked (UnknownName if there is none)."""
         if name in self._loaded:
             return self._loaded[name]
+        if name not in self:
+            known = self.names()
+            close = difflib.get_close_matches(str(name), known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UnknownName(
+                f"unknown {self.kind} {name!r}{hint}; known: {', '.join(known) or 'none'}"
+            )
         if name in self._refs:
             entry = self._refs[name]
             if isinstance(entry, str):

@@ -204,3 +204,16 @@ def test_a_plugin_check_claiming_a_bundled_setting_field_or_column_is_refused(ca
     assert "setting 'max_length_ratio', which prb's checks entry 'length_ratio' holds" in said
     assert "pair_checks field 'length_ratio', which prb's checks entry 'length_ratio'" in said
     assert "column 'chosen', which the release schema holds" in said
+
+
+def test_an_unknown_name_lists_the_known_ones_and_the_closest():
+    """`Registry.get` of an unknown name was a bare KeyError (issue 49)."""
+    from pipeline.registry import UnknownName
+
+    r = Registry("things", Thing, {"length_ratio": Thing("length_ratio"), "other": Thing("o")})
+    with pytest.raises(UnknownName) as e:
+        r.get("lenght_ratio")
+    assert str(e.value) == (
+        "unknown things 'lenght_ratio' (did you mean 'length_ratio'?); known: length_ratio, other"
+    )
+    assert isinstance(e.value, KeyError)  # what callers that catch KeyError still catch
