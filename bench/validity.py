@@ -5,7 +5,7 @@ on, and prints for each build every probe (leakage, floors, judges) with its val
 interval and n, the verdict, the pairs the gate dropped, and model calls and tokens per
 released pair.
 
-    .venv/bin/python bench/validity.py [--strategies a,b] [--baseline] [--out DIR]
+    .venv/bin/python bench/validity.py [--strategies a,b] [--baseline] [--design rewrite]
 
 `--baseline` adds today's construction before this issue (the four instruction strategies, no
 gate) on the clean simulator, the reference for calls per released pair. `--strategies` tries
@@ -30,7 +30,9 @@ REPO = Path(__file__).resolve().parent.parent
 TODAY = ["ignore_aspects", "wrong_expertise", "wrong_format", "wrong_tone"]
 
 
-def build(folder: Path, url: str, gate: bool, strategies: list[str] | None) -> dict:
+def build(
+    folder: Path, url: str, gate: bool, strategies: list[str] | None, design: str = "plan"
+) -> dict:
     from pipeline.run.flow import build as build_flow
 
     data = yaml.safe_load((REPO / "configs" / "validity.yaml").read_text())
@@ -41,6 +43,10 @@ def build(folder: Path, url: str, gate: bool, strategies: list[str] | None) -> d
     data.setdefault("filters", {})["artifact_gate"] = gate
     if strategies:
         data["generation"]["strategies"] = strategies
+    if design == "rewrite":  # one base answer rewritten for each side's user (issue 46)
+        data["generation"]["design"] = "rewrite"
+        data["rubrics"] = {"source": "stated"}
+        data["filters"]["judges"] = "qualified"  # the simulator's judge reads the plan's styles
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(yaml.safe_dump(data))
     t0 = time.perf_counter()
@@ -108,6 +114,12 @@ def main() -> None:
     ap.add_argument("--baseline", action="store_true", help="add today's construction")
     ap.add_argument("--out", type=Path, help="keep the builds here (default: a temp folder)")
     ap.add_argument(
+        "--design",
+        choices=("plan", "rewrite"),
+        default="plan",
+        help="generation.design: rewrite writes both answers from one base answer",
+    )
+    ap.add_argument(
         "--leaky-rate",
         type=float,
         default=0.2,
@@ -131,7 +143,7 @@ def main() -> None:
                 name = f"{sim}, gate {'on' if gate else 'off'}"
                 with running(**options) as url:
                     folder = tmp / "".join(c if c.isalnum() else "_" for c in name)
-                    found[name] = measure(build(folder, url, gate, mix))
+                    found[name] = measure(build(folder, url, gate, mix, args.design))
                 show(name, found[name])
     (tmp / "validity.json").write_text(json.dumps(found, indent=2, default=str))
     print(f"\nfigures: {tmp / 'validity.json'}")

@@ -287,3 +287,18 @@ def test_rm_specs_take_the_helps_grammar_and_refuse_unknown_options():
         parse_spec("judge:modle=x", llm=None, judge_model="j", context="profile")
     with pytest.raises(SpecError, match="unknown option 'seed'; length takes: context"):
         parse_spec("length,seed=1", llm=None, judge_model="j", context="profile")
+
+
+def test_an_import_source_with_many_bad_records_is_one_line(tmp_path):
+    """Many problems printed as one 3 KB line of literal `\\n` (issue 48): the first, and a
+    count of the rest."""
+    from pipeline.errors import PrbError
+    from pipeline.personas.importer import load_external
+
+    bad = tmp_path / "users.jsonl"
+    bad.write_text("\n".join(json.dumps({"question": "q?", "id": str(i)}) for i in range(5)))
+    with pytest.raises(PrbError) as e:
+        load_external(str(bad))
+    said = str(e.value)
+    assert "\n" not in said and "\\n" not in said and "record 1" in said, said
+    assert said.endswith("(and 4 more like it)"), said

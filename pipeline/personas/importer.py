@@ -33,7 +33,6 @@ REQUIRED = ("question", "profile", "category")
 LIMITS = {"profile_text": 20_000, "question": 5_000, "narrative": 10_000, "profile_items": 2_000}
 ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,199}$")
 BUILDERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
-MAX_REPORTED = 10  # problems listed in one error message
 
 
 SPLITS = ("train", "validation", "test")
@@ -229,11 +228,9 @@ def to_records(parts: list[Part]) -> tuple[list[Persona], list[Question]]:
                 f"{origin}: record {n}: question id {question.question_id!r} is used for "
                 "two different questions or users"
             )
-    if problems:
-        more = (
-            f"\n… and {len(problems) - MAX_REPORTED} more" if len(problems) > MAX_REPORTED else ""
-        )
-        raise PersonaFileError("\n".join(problems[:MAX_REPORTED]) + more)
+    if problems:  # one line: the first problem, and how many more there are
+        more = f" (and {len(problems) - 1} more like it)" if len(problems) > 1 else ""
+        raise PersonaFileError(problems[0] + more)
     if not personas:
         raise PersonaFileError(f"{', '.join(p.origin for p in parts) or 'the source'}: no records")
     return list(personas.values()), list(questions.values())

@@ -302,8 +302,12 @@ class Writer:
         try:
             base = await self.ask("base_answer", tokens, **side)
             side["base"] = base.value
-            chosen = await self.ask("chosen", tokens, **side, **told(mine))
-            rejected = await self.ask("rejected", tokens, **side, **told(theirs))
+            # asked together, so they queue side by side: the server's prompt cache reuses
+            # the evaluated system message, base answer and question of the first for the second
+            chosen, rejected = await asyncio.gather(
+                self.ask("chosen", tokens, **side, **told(mine)),
+                self.ask("rejected", tokens, **side, **told(theirs)),
+            )
         except LLMError as e:
             return dropped(f"generator_{e.kind}", e.detail)
         texts = (chosen.value, rejected.value)
