@@ -27,6 +27,8 @@ def annotation_run(run: str, outputs: Path | None, **changes):
 
     if Path(run).is_dir():
         run_dir = Path(run)
+    elif "/" in run or "\\" in run:  # a path, not a run id: say it is not there
+        raise PrbError(f"{run}: no such run folder; give a run id under outputs/ or a folder")
     else:
         run_dir = resolve_path(outputs or "outputs") / safe_name(run, "run id")
         if not run_dir.is_dir():

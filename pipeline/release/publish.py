@@ -35,6 +35,8 @@ def read_rows(release: Path) -> dict[str, list[dict]]:
     """Rows per category folder, read straight from the Parquet files; a PrbError (one line)
     when the folder is not a release or a data file cannot be read."""
     release = Path(release)
+    if release.is_file():  # a JSONL/Parquet release: diff compares prb's folders
+        raise PrbError(f"{release}: a file, not a release folder: give the release's folder")
     if not release.is_dir():
         raise PrbError(f"{release}: no such release folder")
     files = sorted(release.glob(PARQUET_GLOB))
