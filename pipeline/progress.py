@@ -129,8 +129,16 @@ class Progress:
     def line(self) -> str:
         """One line: the stage in progress (else the last one), then the batches."""
         rows = self.rows()
-        current = next((r for r in rows if not r["finished"]), rows[-1] if rows else None)
+        current = next((r for r in rows if not r["finished"]), None)
         head = f"[prb {_clock(time.monotonic() - self.started)}]"
+        if current is None:  # between stages: a stage calling before its records (the judge's
+            usage = self.usage()  # qualification) would leave the last stage's line frozen
+            early = [(n, u) for n, u in usage.items() if n not in self.stages and u["calls"]]
+            if early:
+                name, u = early[-1]
+                tokens = u["prompt_tokens"] + u["completion_tokens"]
+                return f"{head} {name}: {u['calls']} calls, {tokens:,} tokens before its records"
+            current = rows[-1] if rows else None
         if current is None:
             return f"{head} starting"
         r = current

@@ -328,3 +328,22 @@ def test_paths_that_are_not_there_or_not_folders_are_named_as_such(tmp_path):
     (tmp_path / "old").mkdir()
     done = prb("release", "diff", "rel.jsonl", "old")
     assert done.returncode == 2 and "a file, not a release folder" in done.stderr, done.stderr
+
+
+def test_the_progress_line_moves_while_a_stage_calls_before_its_records():
+    """The filters stage's qualification (judge calls before its first record) left the line
+    at "pairs 10/10 … elapsed 06:01" for minutes (issue 48)."""
+    from pipeline import progress
+
+    counts = {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0}
+    usage = {"pairs": {**counts, "calls": 30}, "filters": {**counts}}
+    with progress.showing(interval=3600) as shown:
+        progress.watch_usage(lambda: usage)
+        pairs = progress.stage("pairs", total=10)
+        pairs.done = 10
+        pairs.finish()
+        assert "pairs 10/10 records" in shown.line()
+        usage["filters"] |= {"calls": 12, "prompt_tokens": 900, "completion_tokens": 100}
+        assert "filters: 12 calls, 1,000 tokens before its records" in shown.line()
+        usage["filters"]["calls"] = 13
+        assert "filters: 13 calls" in shown.line()
