@@ -128,7 +128,7 @@ class Service:
         await asyncio.sleep(0)  # answer `create` first, as a real service does
         batch.update(status="in_progress", in_progress_at=int(time.time()))
         data = self.files[batch["input_file_id"]]["data"]
-        lines = [json.loads(x) for x in jsonl_lines(data)]
+        lines = [json.loads(x) for x in jsonl_lines(data.decode("utf-8"))]
         out, errors = [], []
         for i, line in enumerate(lines):
             result = answer_line(
