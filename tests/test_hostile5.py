@@ -213,7 +213,7 @@ def test_a_terminated_reward_server_takes_its_simulator_with_it(tmp_path):
     finally:
         kill_group(proc)
     assert proc.returncode == 143, err
-    assert err.strip().splitlines() == ["error: terminated; nothing finished is lost"], err
+    assert "Traceback" not in err and "error" not in err, err  # a stop, not a failure
     for child in children:
         assert (
             not Path(f"/proc/{child}").exists()
@@ -347,3 +347,20 @@ def test_the_progress_line_moves_while_a_stage_calls_before_its_records():
         assert "filters: 12 calls, 1,000 tokens before its records" in shown.line()
         usage["filters"]["calls"] = 13
         assert "filters: 13 calls" in shown.line()
+
+
+def test_every_command_runs_under_the_one_line_error_handler():
+    """`prb personas validate|stats` were not under it: a `[/red]` in an id was a rich
+    MarkupError traceback (issue 48). A command added without `@guarded` fails here."""
+    from pipeline.cli import app
+
+    def commands(t, prefix=""):
+        for c in t.registered_commands:
+            yield prefix + (c.name or c.callback.__name__), c.callback
+        for g in t.registered_groups:
+            yield from commands(g.typer_instance, f"{prefix}{g.name} ")
+
+    found = dict(commands(app))
+    assert {"build", "demo", "sim-server", "personas validate", "eval rl"} <= set(found)
+    unwrapped = sorted(n for n, cb in found.items() if getattr(cb, "__wrapped__", None) is None)
+    assert unwrapped == [], f"not under cli.common.guarded: {unwrapped}"

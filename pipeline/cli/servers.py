@@ -66,12 +66,18 @@ def local_assemble(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
     add_help_option=False,
 )
+@guarded
 def sim_server(ctx: typer.Context):
     """Serve the OpenAI-compatible simulator on 127.0.0.1 (`prb sim-server --help` for the
     latency and fault options: --port, --latency-ms, --rate-429, --rate-500, ...)."""
+    import contextlib
+
     from pipeline.sim.server import main
 
-    main(ctx.args)  # one option parser for the simulator, shared with `python -m pipeline.sim`
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C stops a server: its drain line says so
+        main(ctx.args)  # one option parser for the simulator, shared with `python -m pipeline.sim`
+        return
+    raise typer.Exit(130)
 
 
 @app.command("reward-server")
@@ -106,24 +112,30 @@ def reward_server(
     response}]} -> {scores}; GET /health. Adapters for TRL and verl: pipeline/rl/adapters.py."""
     import contextlib
 
+    from pipeline.errors import Terminated
     from pipeline.rl.server import Scorer, serve
     from pipeline.run import stopping
 
     # uvicorn re-raises the SIGTERM it caught once it has drained: with the default handler
-    # the process died there and left its simulator child running; prb's unwinds (exit 143)
+    # the process died there and left its simulator child running; prb's unwinds the stack
+    # (the simulator stops with it) and the drain's own line stays the last (exit 143)
     stopping.exit_on_sigterm()
-    with contextlib.ExitStack() as stack:
-        cfg = judge_config(stack, config, sim, base_url)
-        Scorer.check(rm, cfg, context)  # a bad spec: one line, before the server starts
-        shown = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
-        said = f"reward server for {rm} on http://{shown}:{port} (POST /score, GET /health)"
-        serve(
-            rm,
-            cfg,
-            host=host,
-            port=port,
-            context=context,
-            concurrency=concurrency,
-            max_items=max_items,
-            announce=lambda: console.print(said),
-        )
+    stops = {Terminated: 143, KeyboardInterrupt: 130}
+    try:
+        with contextlib.ExitStack() as stack:
+            cfg = judge_config(stack, config, sim, base_url)
+            Scorer.check(rm, cfg, context)  # a bad spec: one line, before the server starts
+            shown = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL has it
+            said = f"reward server for {rm} on http://{shown}:{port} (POST /score, GET /health)"
+            serve(
+                rm,
+                cfg,
+                host=host,
+                port=port,
+                context=context,
+                concurrency=concurrency,
+                max_items=max_items,
+                announce=lambda: console.print(said),
+            )
+    except tuple(stops) as e:  # a stop, not a failure: the drain's own line is the last
+        raise typer.Exit(stops[type(e)]) from None
