@@ -196,5 +196,5 @@ def test_swap_partners_do_not_depend_on_the_order_the_planner_finished_in(sim_ur
         task = json.loads(line)
         first.setdefault(task["persona"]["persona_id"], task["task_id"])
     plans = {r.task.task_id: r for r in StageFile(run_dir, "rubrics", RubricRecord).read()}
-    for who, aspects, _ in as_built.values():
+    for who, aspects, _, _ in as_built.values():
         assert aspects == [a.model_dump() for a in plans[first[who]].rubric_aspects]

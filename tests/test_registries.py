@@ -442,8 +442,8 @@ def test_nine_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url)
         "reward model",
         "pipeline/eval/models.py",
         edit=(
-            '                extra="hf",\n            ),\n        )\n',
-            '                extra="hf",\n            ),\n'
+            "                options=HF_OPTIONS,\n            ),\n        )\n",
+            "                options=HF_OPTIONS,\n            ),\n"
             '            Kind("shortest", "shorter answer wins", '
             '"pipeline.eval.shortest:ShortestRM"),\n        )\n',
         ),

@@ -24,8 +24,17 @@ from pipeline.columns import AFTER_CHECKS, BEFORE_CHECKS
 from pipeline.records import Record
 from pipeline.registry import Registry
 
-# the filters stage's own settings (below)
-_STAGE_SETTINGS = ("evaluate_all", "mode", "judges")
+# the filters stage's own settings, after the checks' in the config's `filters:` section
+_STAGE_SETTINGS = {
+    "evaluate_all": (bool, Field(False, description="run every check on every pair (auditing)")),
+    # record: run every check on every pair and keep them all, noting what each check would
+    # have dropped (`would_drop`): the published recipe, which had no automatic filter
+    "mode": (Literal["drop", "record"], Field("drop", description="drop pairs, or only record")),
+    # qualified: the judge checks run only if the judge passed qualification; a judge that
+    # failed costs no more calls and decides nothing (a small local model: the model-free
+    # floor, the artifact gate and human annotation are the filters), and the card says so
+    "judges": (Literal["on", "qualified"], Field("on", description="when the judge checks run")),
+}
 
 
 def claims(check: Check) -> set[str]:
@@ -88,22 +97,7 @@ def _settings_model() -> type[Record]:
         c_name: (f.annotation, f) for c in CHECKS for c_name, f in c.settings.model_fields.items()
     }
     ordered = {n: fields[n] for n in setting_names()}
-    evaluate_all = (bool, Field(False, description="run every check on every pair (auditing)"))
-    # record: run every check on every pair and keep them all, noting what each check would
-    # have dropped (`would_drop`): the published recipe, which had no automatic filter
-    mode = (Literal["drop", "record"], Field("drop", description="drop pairs, or only record"))
-    # qualified: the judge checks run only if the judge passed qualification; a judge that
-    # failed costs no more calls and decides nothing (a small local model: the model-free
-    # floor, the artifact gate and human annotation are the filters), and the card says so
-    judges = (Literal["on", "qualified"], Field("on", description="when the judge checks run"))
-    return create_model(
-        "FilterConfig",
-        __base__=_FilterBase,
-        **ordered,
-        evaluate_all=evaluate_all,
-        mode=mode,
-        judges=judges,
-    )
+    return create_model("FilterConfig", __base__=_FilterBase, **ordered, **_STAGE_SETTINGS)
 
 
 # the config's `filters:` section: every check's settings, plus the stage's own switch
