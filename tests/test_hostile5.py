@@ -307,26 +307,13 @@ def test_an_import_source_with_many_bad_records_is_one_line(tmp_path):
 def test_paths_that_are_not_there_or_not_folders_are_named_as_such(tmp_path):
     """`annotate status /nonexistent` said "not a safe name"; `release diff REL file.jsonl`
     said "no such release folder" of a file (issue 48)."""
-    import subprocess
-    import sys
+    from test_hostile4 import prb
 
-    from test_crash import prefect_env
-
-    def prb(*args):
-        return subprocess.run(
-            [sys.executable, "-m", "pipeline.cli", *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=prefect_env(),
-            cwd=tmp_path,
-        )
-
-    done = prb("annotate", "status", "/nonexistent")
+    done = prb("annotate", "status", "/nonexistent", cwd=tmp_path)
     assert done.returncode == 2 and "/nonexistent: no such run folder" in done.stderr
     (tmp_path / "rel.jsonl").write_text("{}\n")
     (tmp_path / "old").mkdir()
-    done = prb("release", "diff", "rel.jsonl", "old")
+    done = prb("release", "diff", "rel.jsonl", "old", cwd=tmp_path)
     assert done.returncode == 2 and "a file, not a release folder" in done.stderr, done.stderr
 
 

@@ -102,14 +102,19 @@ def _malformed(path: Path, where: str, tool: str):
     )
 
 
-def read_label_studio(path: Path, tasks: list[dict]) -> list[RawLabel]:
+def _each(path: Path, items: list[dict], read_one, what: str, tool: str) -> list[RawLabel]:
+    """Every item's labels; an item whose fields have the wrong shape is one line naming it."""
     out = []
-    for t_no, task in enumerate(tasks, start=1):
+    for no, item in enumerate(items, start=1):
         try:
-            out += _label_studio_task(path, t_no, task)
+            out += read_one(path, no, item)
         except (AttributeError, TypeError, KeyError, IndexError):
-            raise _malformed(path, f"task {t_no}", "Label Studio") from None
+            raise _malformed(path, f"{what} {no}", tool) from None
     return out
+
+
+def read_label_studio(path: Path, tasks: list[dict]) -> list[RawLabel]:
+    return _each(path, tasks, _label_studio_task, "task", "Label Studio")
 
 
 def _label_studio_task(path: Path, t_no: int, task: dict) -> list[RawLabel]:
@@ -168,13 +173,7 @@ def _nested(record: dict) -> dict[str, list[dict]]:
 
 
 def read_argilla(path: Path, records: list[dict]) -> list[RawLabel]:
-    out = []
-    for r_no, record in enumerate(records, start=1):
-        try:
-            out += _argilla_record(path, r_no, record)
-        except (AttributeError, TypeError, KeyError, IndexError):
-            raise _malformed(path, f"record {r_no}", "Argilla") from None
-    return out
+    return _each(path, records, _argilla_record, "record", "Argilla")
 
 
 def _argilla_record(path: Path, r_no: int, record: dict) -> list[RawLabel]:
