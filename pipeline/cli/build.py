@@ -110,7 +110,7 @@ def build(
     ]
     resume = f"rerun `{shlex.join(words)} --run-id {{run_id}}`"
     result = run_build(config, overrides, mode, runner, address, shards, force_new_run, resume)
-    print_summary(result, resume.format(run_id=Path(result["run_dir"]).name))
+    print_summary(result, resume.replace("{run_id}", Path(result["run_dir"]).name))
 
 
 # the demo starts its own model server (the simulator, the local model): `prb build` alone would
