@@ -98,6 +98,9 @@ class GenerationConfig(Section):
     # depth is left out by default: a brief and a thorough answer fail the length-ratio check
     design: Literal["plan", "rewrite"] = "plan"
     dimensions: list[str] = Field(default_factory=lambda: ["format", "expertise"])
+    # at most this many of them per pair, in the order listed: a 1.5B follows one or two
+    # concrete instructions and drops the rest
+    dimensions_per_pair: int = Field(2, ge=1)
 
     @field_validator("chosen_prompt", "rejected_prompt")
     @classmethod
@@ -261,7 +264,8 @@ class RunConfig(Section):
         if data["filters"].get("evaluate_all"):
             del data["filters"]["evaluate_all"]
         if data["generation"]["design"] == "plan":  # likewise: releases before the rewrite
-            del data["generation"]["design"], data["generation"]["dimensions"]
+            for key in ("design", "dimensions", "dimensions_per_pair"):
+                del data["generation"][key]
         return data
 
     def resume_inputs(self) -> dict:

@@ -4,7 +4,8 @@ The rewrite design (pipeline/stages/pairs.py) writes both answers of a pair from
 answer, each side told how to differ on the dimensions where its user and the contrasting user
 differ. What a 1.5B was told is not what it wrote: each difference is verified here where the
 dimension is visible in the text (layout by its list markers, depth by length, expertise by
-how often terms are explained), and a pair with no realised difference is not released.
+how often terms are explained, any dimension by the words prompts/rewrite.yaml lists for its
+levels), and a pair with no realised difference is not released.
 """
 
 from __future__ import annotations
@@ -44,10 +45,30 @@ def explanations(text: str) -> float:
     return 100 * len(_EXPLAINS.findall(text)) / max(1, word_count(text))
 
 
-def realised(dimension: str, levels: tuple[str, str], texts: tuple[str, str]) -> bool | None:
+def _sign(words: list[str]) -> re.Pattern:
+    alternatives = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)", re.IGNORECASE)
+
+
+def shown(text: str, words: list[str]) -> int:
+    """How many times the words that show a level occur in a text (whole words, any case)."""
+    return len(_sign(words).findall(text)) if words else 0
+
+
+def realised(
+    dimension: str,
+    levels: tuple[str, str],
+    texts: tuple[str, str],
+    signs: dict[str, list[str]] | None = None,
+) -> bool | None:
     """Whether the two texts differ as their levels say (chosen's first); None: this dimension
-    is not visible to a model-free reading."""
+    is not visible to a model-free reading. `signs` (level -> words that show it) makes any
+    dimension visible: the chosen text leans further toward its level, against the other's,
+    than the rejected text does."""
     (a, b), (x, y) = levels, texts
+    if signs and a in signs and b in signs:
+        lean = [shown(t, signs[a]) - shown(t, signs[b]) for t in (x, y)]
+        return lean[0] > lean[1]
     if dimension == "format":
         return layout(x) == a and layout(y) == b
     if dimension == "depth" and a in DEPTH and b in DEPTH:

@@ -351,3 +351,19 @@ def test_every_command_runs_under_the_one_line_error_handler():
     assert {"build", "demo", "sim-server", "personas validate", "eval rl"} <= set(found)
     unwrapped = sorted(n for n, cb in found.items() if getattr(cb, "__wrapped__", None) is None)
     assert unwrapped == [], f"not under cli.common.guarded: {unwrapped}"
+
+
+def test_validating_a_lamp_qa_folder_says_what_it_is_once_per_file():
+    """`prb personas validate personas/lamp-qa` gave 204 schema errors ("Extra inputs are not
+    permitted") for three well-formed LaMP-QA files (issue 48): one line per file now, saying
+    what the file is and how a build reads it."""
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    lamp = Path(__file__).resolve().parent.parent / "personas" / "lamp-qa"
+    done = CliRunner().invoke(app, ["personas", "validate", str(lamp)])
+    assert done.exit_code == 1
+    said = [x for x in done.output.splitlines() if ": error: " in x]
+    assert len(said) == 3 and all("LaMP-QA's format" in x and "_test.json" in x for x in said)
+    assert "Extra inputs" not in done.output and "3 errors" in done.output

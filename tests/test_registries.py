@@ -707,6 +707,30 @@ def test_the_architecture_map_names_every_module_in_its_folders_row():
     assert not missing, f"ARCHITECTURE.md's map misses {missing}"
 
 
+def test_the_eval_subcommands_share_one_declaration_of_their_options():
+    """Issue 49: score, bon and rl repeated the same options; `eval_options.shared` declares
+    them once, first and alike in each, and every CLI module stays wiring (under 200 lines)."""
+    from typer.main import get_command
+
+    from pipeline.cli import app
+    from pipeline.cli.eval_options import SHARED
+
+    names = [p.name for p in SHARED]
+    group = get_command(app).commands["eval"]
+    helps = []
+    for name in ("score", "bon", "rl"):
+        params = group.commands[name].params
+        assert [p.name for p in params[: len(names)]] == names, name
+        helps.append([getattr(p, "help", None) for p in params[: len(names)]])
+    assert helps[0] == helps[1] == helps[2]
+    long = {
+        p.name: n
+        for p in (PIPELINE / "cli").glob("*.py")
+        if (n := len(p.read_text().splitlines())) >= 200
+    }
+    assert not long, f"CLI modules of 200 lines or more: {long}"
+
+
 def test_the_folders_form_layers_no_import_goes_up():
     """Issue 40: each folder (and top-level module) is a node; an import from one to another is
     an edge, function-level and type-only imports included. No cycle: a folder that needs

@@ -8,11 +8,15 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import build, write_config
 
+from pipeline.llm.prompts import load_prompt
 from pipeline.realised import explanations, layout, realised
 from pipeline.records import Pair, RubricRecord
 
+REPO = Path(__file__).resolve().parent.parent
+ORDER = ["cultural_context", "constraints", "format", "expertise"]
 STEPS = "1. Pick a brush.\n2. Wet the paper.\n3. Lay the wash."
 BULLETS = "- Pick a brush.\n- Wet the paper.\n- Lay the wash."
 PROSE = "Pick a brush. Wet the paper, then lay the wash."
@@ -42,6 +46,35 @@ def test_each_difference_is_verified_where_the_text_shows_it():
     assert realised("tone", ("casual", "formal"), (plain, terse)) is None  # not model-free
 
 
+def test_a_dimension_with_signs_is_verified_by_the_words_that_show_each_level():
+    signs = load_prompt("rewrite").extra["signs"]["cultural_context"]
+    uk = "Start with a cheap set of pans from a shop in the UK, then practise daily."
+    india = "Start with a cheap set of pans from a shop in India, then practise daily."
+    levels = ("european", "south_asian")
+    assert realised("cultural_context", levels, (uk, india), signs)
+    assert not realised("cultural_context", levels, (india, uk), signs)
+    assert not realised("cultural_context", levels, (uk, uk), signs)  # the same lean: no
+    # whole words only: "Indiana" and "Ukraine" show neither level
+    assert not realised("cultural_context", levels, ("Go to Indiana.", "Go to Ukraine."), signs)
+    budget = load_prompt("rewrite").extra["signs"]["constraints"]
+    cheap, dear = "Buy a free app and cheap paper.", "Buy the best-quality paper; worth paying."
+    assert realised("constraints", ("tight_budget", "flexible_budget"), (cheap, dear), budget)
+    assert not realised("constraints", ("flexible_budget", "tight_budget"), (cheap, dear), budget)
+
+
+def test_every_level_a_rewrite_can_be_told_can_be_seen():
+    """A dimension whose directions are not read off the text by realised.py's own rules
+    lists words for every one of its levels: a level with no signs could never be verified."""
+    table = load_prompt("rewrite").extra
+    taxonomy = yaml.safe_load((REPO / "personas" / "taxonomy.yaml").read_text())["dimensions"]
+    for dimension, told in table["directions"].items():
+        assert set(told) == set(taxonomy[dimension]["levels"]), dimension
+        if dimension in ("format", "depth", "expertise"):
+            continue
+        assert set(table["signs"][dimension]) == set(told), dimension
+        assert all(table["signs"][dimension].values()), dimension
+
+
 @pytest.fixture(scope="module")
 def rewritten(tmp_path_factory, sim_url) -> Path:
     tmp = tmp_path_factory.mktemp("rewrite")
@@ -50,7 +83,12 @@ def rewritten(tmp_path_factory, sim_url) -> Path:
         sim_url,
         personas={"per_category": 8},
         rubrics={"source": "stated"},
-        generation={"design": "rewrite", "word_budget": 100},
+        generation={
+            "design": "rewrite",
+            "word_budget": 100,
+            "dimensions": ORDER,
+            "dimensions_per_pair": 2,
+        },
         filters={"judges": "qualified"},
     )
     return Path(build(config)["run_dir"])
@@ -70,6 +108,7 @@ def test_a_rewrite_build_contrasts_users_on_what_its_text_shows(rewritten):
     pairs = lines(rewritten / "pairs.jsonl", Pair)
     assert len(pairs) >= 6
     by_user = {p.task.persona.persona_id: p for p in pairs}
+    by_id = {r.task.persona.persona_id: r.task.persona for r in rubrics}
     for p in pairs:
         assert p.rejected_strategy == "persona_rewrite" and p.rejected_for
         assert set(p.calls) == {"base_answer", "chosen", "rejected"}
@@ -78,10 +117,15 @@ def test_a_rewrite_build_contrasts_users_on_what_its_text_shows(rewritten):
         mine = {x.dimension: x.level for x in p.task.persona.preferences}
         for d in p.differences:  # the user's level is chosen's, the partner's rejected's
             assert mine[d.dimension] == d.chosen != d.rejected
-            assert d.dimension in ("format", "depth", "expertise")
+        # at most two, the first of the listed dimensions on which the two users differ
+        theirs = {x.dimension: x.level for x in by_id[p.rejected_for].preferences}
+        differ = [d for d in ORDER if d in mine and d in theirs and mine[d] != theirs[d]]
+        assert [d.dimension for d in p.differences] == differ[:2]
         partner = by_user.get(p.rejected_for)
         if partner is not None:  # couples are mutual: the same base answer, both ways
             assert partner.rejected_for == p.task.persona.persona_id
+    shown = {d.dimension for p in pairs for d in p.differences if d.realised}
+    assert {"cultural_context", "constraints"} <= shown
     manifest = json.loads((rewritten / "release" / "manifest.json").read_text())
     assert manifest["config"]["generation"]["design"] == "rewrite"
     assert {"base_answer", "rewrite"} <= set(manifest["prompts"])
@@ -101,6 +145,7 @@ def test_the_design_records_nothing_new_for_a_plan_build(tmp_path, sim_url):
     cfg = load_config(write_config(tmp_path, sim_url))
     assert "design" not in cfg.recorded()["generation"]
     assert "dimensions" not in cfg.recorded()["generation"]
+    assert "dimensions_per_pair" not in cfg.recorded()["generation"]
     bad = write_config(
         tmp_path / "bad", sim_url, generation={"design": "rewrite", "dimensions": ["tone"]}
     )

@@ -3,37 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperGroup
 
 from pipeline.cli.common import console, errors, guarded, judge_config
+from pipeline.cli.eval_options import (
+    BOOTSTRAP,
+    ORACLE,
+    SEED,
+    Target,
+    _KindsInHelp,
+    default_eval_dir,
+    shared,
+)
 from pipeline.cli.tables import print_correlation, print_frame, warn_release
-from pipeline.eval.models import help_text
-
-
-def default_eval_dir(release: str) -> Path:
-    """Next to a local release folder or file; under outputs/eval/ for hf:NAME."""
-    from pipeline.paths import resolve_path
-
-    if release.startswith("hf:"):
-        name = re.sub(r"[^A-Za-z0-9._-]+", "-", release[3:]).strip(".-_") or "release"
-        return resolve_path("outputs") / "eval" / name
-    path = Path(release).resolve()
-    return path.parent / ("eval" if path.is_dir() else f"eval-{path.stem}")
-
-
-class _KindsInHelp(TyperCommand):
-    """Lists the reward-model kinds (plugins' included) in `--rm`'s help when the help is
-    shown: a plugin loads on first use, never when prb starts."""
-
-    def format_help(self, ctx, formatter) -> None:
-        for param in self.params:
-            if param.name == "rm" and param.help and KINDS in param.help:
-                param.help = param.help.replace(KINDS, help_text())
-        super().format_help(ctx, formatter)
 
 
 class _ScoreByDefault(TyperGroup):
@@ -48,7 +33,6 @@ class _ScoreByDefault(TyperGroup):
         return super().parse_args(ctx, args)
 
 
-KINDS = "{kinds}"
 app = typer.Typer(
     cls=_ScoreByDefault,
     no_args_is_help=True,
@@ -57,42 +41,13 @@ app = typer.Typer(
     "(`prb eval rl RELEASE --policy PATH`). Each subcommand's --help lists its options and "
     "the reward-model kinds.",
 )
-RELEASE = typer.Argument(
-    ...,
-    metavar="RELEASE",
-    help="A release: a folder (hub layout or prb's), a JSONL/JSON/Parquet file, or hf:NAME.",
-)
-RM = typer.Option(
-    None,
-    "--rm",
-    help="Reward model, repeatable, as KIND[:ARG][,key=value...], e.g. judge:context=none. "
-    f"Kinds: {KINDS}. Default: the three baselines.",
-)
-CONTEXT = typer.Option(
-    None,
-    help="User context the models see: profile (the default), aspects, narrative or "
-    "none. The published protocol: none.",
-)
-OUT = typer.Option(None, help="Output folder (default: RELEASE/../eval).")
-CONFIG = typer.Option(
-    None,
-    help="Run config for endpoint, models and cache (default: default.yaml; demo.yaml with --sim).",
-)
-BASE_URL = typer.Option(None, help="OpenAI-compatible endpoint for the judges.")
-SIM = typer.Option(False, help="Start the bundled simulator and judge with it.")
-BOOTSTRAP = typer.Option(1000, min=10, max=1_000_000, help="Bootstrap resamples for the 95% CIs.")
-SEED = typer.Option(
-    0, min=0, max=2**32 - 1, help="Seed for bootstrap and BoN ties (random: random:seed=N)."
-)
-ORACLE = typer.Option(None, help="The oracle judge model (default: the config's judge).")
 
 
 @app.command("score", cls=_KindsInHelp)
 @guarded
+@shared
 def score_command(
-    release: str = RELEASE,
-    rm: list[str] = RM,
-    context: str = CONTEXT,
+    target: Target,
     protocol: str = typer.Option(
         "prb",
         help="Scoring rules: prb (personalized: the user context, cut to fit, never the "
@@ -104,10 +59,6 @@ def score_command(
         help="--protocol published with judge-pair: your clone of the public Personalized "
         "RewardBench repository, whose prompts/pairwise_*.txt the judge is given.",
     ),
-    out: Path = OUT,
-    config: Path = CONFIG,
-    base_url: str = BASE_URL,
-    sim: bool = SIM,
     bootstrap: int = BOOTSTRAP,
     seed: int = SEED,
     blind: bool = typer.Option(
@@ -119,20 +70,14 @@ def score_command(
     """Score reward models on a release (the default: `prb eval RELEASE`).
 
     Accuracy with 95% CIs, the leaderboard, a plot and per-pair JSON."""
-    where = (release, rm, context, out, config, base_url, sim, bootstrap, seed)
-    run_eval(*where, protocol=protocol, public_prompts=public_prompts, blind=blind)
+    run_eval(target, bootstrap, seed, protocol=protocol, public_prompts=public_prompts, blind=blind)
 
 
 @app.command("bon", cls=_KindsInHelp)
 @guarded
+@shared
 def bon_command(
-    release: str = RELEASE,
-    rm: list[str] = RM,
-    context: str = CONTEXT,
-    out: Path = OUT,
-    config: Path = CONFIG,
-    base_url: str = BASE_URL,
-    sim: bool = SIM,
+    target: Target,
     bootstrap: int = BOOTSTRAP,
     seed: int = SEED,
     n: int = typer.Option(4, min=2, max=64, help="Candidates per prompt."),
@@ -145,20 +90,16 @@ def bon_command(
     Each model picks one of N candidates per prompt, an oracle judge scores the picks, and
     the win rates are set beside the accuracies."""
     bon = {"n": n, "candidates": candidates, "generator": generator, "oracle": oracle}
-    where = (release, rm, context, out, config, base_url, sim, bootstrap, seed)
-    run_eval(*where, blind=False, bon=bon)  # BoN: only the models asked for, no blind variants
+    run_eval(
+        target, bootstrap, seed, blind=False, bon=bon
+    )  # BoN: only the models asked for, no blind variants
 
 
 @app.command("rl", cls=_KindsInHelp)
 @guarded
+@shared
 def rl_command(
-    release: str = RELEASE,
-    rm: list[str] = RM,
-    context: str = CONTEXT,
-    out: Path = OUT,
-    config: Path = CONFIG,
-    base_url: str = BASE_URL,
-    sim: bool = SIM,
+    target: Target,
     policy: Path = typer.Option(
         ..., help="The policy to fine-tune (a Hugging Face causal LM folder)."
     ),
@@ -171,18 +112,11 @@ def rl_command(
     """Fine-tune a policy against each reward model (GRPO).
 
     On the release's training users; an oracle judge scores it on the held-out ones."""
-    where = (release, rm, config, base_url, sim, context or "profile", out)
-    eval_rl(*where, policy, steps, device, oracle)
+    eval_rl(target, policy, steps, device, oracle)
 
 
 def run_eval(
-    release: str,
-    rm: list[str],
-    context: str | None,
-    out: Path | None,
-    config: Path | None,
-    base_url: str | None,
-    sim: bool,
+    target: Target,
     bootstrap: int,
     seed: int,
     *,
@@ -198,15 +132,15 @@ def run_eval(
     from pipeline.eval.evaluate import run
 
     with contextlib.ExitStack() as stack:
-        cfg = judge_config(stack, config, sim, base_url)
+        cfg = judge_config(stack, target.config, target.sim, target.base_url)
         stack.enter_context(progress.showing(errors))
         summary = asyncio.run(
             run(
-                release,
-                rm or ["random", "length", "overlap"],
+                target.release,
+                target.rm or ["random", "length", "overlap"],
                 cfg,
-                context=context,
-                out=out or default_eval_dir(release),
+                context=target.context,
+                out=target.out or default_eval_dir(target.release),
                 n_resamples=bootstrap,
                 seed=seed,
                 bon=bon,
@@ -243,16 +177,18 @@ def run_eval(
         )
 
 
-def eval_rl(release, rm, config, base_url, sim, context, out, policy, steps, device, oracle):
+def eval_rl(target: Target, policy: Path, steps: int | None, device: str | None, oracle) -> None:
     import contextlib
 
     from pipeline.rl.train import run
 
+    t = target
     with contextlib.ExitStack() as stack:
-        cfg = judge_config(stack, config, sim, base_url, rl__steps=steps, rl__device=device)
-        where = (out or default_eval_dir(release)) / "rl"
-        specs = rm or ["length", "overlap"]
-        result = run(release, specs, cfg, policy, where, oracle=oracle, context=context)
+        cfg = judge_config(stack, t.config, t.sim, t.base_url, rl__steps=steps, rl__device=device)
+        where = (t.out or default_eval_dir(t.release)) / "rl"
+        specs = t.rm or ["length", "overlap"]
+        context = t.context or "profile"
+        result = run(t.release, specs, cfg, policy, where, oracle=oracle, context=context)
     print_frame(
         result["table"],
         f"RL ({result['settings']['algorithm']}, "

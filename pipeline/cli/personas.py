@@ -11,9 +11,9 @@ from pathlib import Path
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from pipeline.cli.common import fail, guarded
+from pipeline.cli.tables import coverage_table
 from pipeline.config import ConfigError, PersonaConfig
 from pipeline.paths import DATA
 from pipeline.text import terminal
@@ -25,10 +25,6 @@ DEFAULTS = PersonaConfig()
 LIBRARY = DATA / DEFAULTS.library[0]
 QUESTIONS = DATA / DEFAULTS.questions[0]
 TAXONOMY = DATA / "personas" / "taxonomy.yaml"
-
-
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    return fail(message, code)
 
 
 def shown(text: object) -> str:
@@ -62,7 +58,7 @@ def validate(
         targets = [p.resolve() for p in paths or [LIBRARY, QUESTIONS]]
         report = persona_checks.validate(targets, load_taxonomy(taxonomy.resolve()))
     except PersonaFileError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e), 2) from None
     _print_issues(report)
     summary = (
         f"{len(report.personas)} personas, {len(report.questions)} questions: "
@@ -97,7 +93,7 @@ def add(
             load_taxonomy(taxonomy.resolve()),
         )
     except PersonaFileError as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e), 2) from None
     _print_issues(result.report)
     if not result.written:
         console.print(f"[red]refused[/red] — {len(result.report.errors)} errors; nothing added")
@@ -127,23 +123,8 @@ def stats(
         tax = load_taxonomy(taxonomy.resolve())
         cov = coverage(load_personas([library.resolve()]), load_questions([questions.resolve()]))
     except PersonaFileError as e:
-        raise _fail(str(e)) from None
-    table = Table(title="persona coverage: personas holding a preference (levels covered/levels)")
-    table.add_column("dimension")
-    for c in cov.categories:
-        table.add_column(shown(c), justify="right")
-    for d in tax.dimensions:
-        cells = []
-        for c in cov.categories:
-            n, held = cov.cells[c, d], len(cov.levels.get((c, d), ()))
-            text = f"{n} ({held}/{len(tax.levels[d])})"
-            cells.append(text if n else f"[red]{text}[/red]")
-        table.add_row(shown(d), *cells)
-    table.add_section()
-    table.add_row("personas", *(str(cov.personas[c]) for c in cov.categories))
-    table.add_row("questions", *(str(cov.questions[c]) for c in cov.categories))
-    table.add_row("asked by 2+ personas", *(str(cov.shared[c]) for c in cov.categories))
-    console.print(table)
+        raise fail(str(e), 2) from None
+    console.print(coverage_table(cov, tax, shown))
     gaps = cov.gaps(tax)
     cells = len(cov.categories) * len(tax.dimensions)
     if gaps:
@@ -194,7 +175,7 @@ def expand(
             )
         )
     except (ConfigError, PersonaFileError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e), 2) from None
     for r in result.rejected:
         console.print(
             f"[yellow]rejected candidate {r['index']} ({r['category']}):[/yellow] "

@@ -82,3 +82,23 @@ def print_frame(df, title: str) -> None:
     for row in df[cols].itertuples(index=False):
         table.add_row(*(cell(v) for v in row))
     (console if console.is_terminal else Console(width=160)).print(table)
+
+
+def coverage_table(cov, tax, shown) -> Table:
+    """`prb personas stats`: personas per category × preference dimension (levels covered)."""
+    table = Table(title="persona coverage: personas holding a preference (levels covered/levels)")
+    table.add_column("dimension")
+    for c in cov.categories:
+        table.add_column(shown(c), justify="right")
+    for d in tax.dimensions:
+        cells = []
+        for c in cov.categories:
+            n, held = cov.cells[c, d], len(cov.levels.get((c, d), ()))
+            text = f"{n} ({held}/{len(tax.levels[d])})"
+            cells.append(text if n else f"[red]{text}[/red]")
+        table.add_row(shown(d), *cells)
+    table.add_section()
+    table.add_row("personas", *(str(cov.personas[c]) for c in cov.categories))
+    table.add_row("questions", *(str(cov.questions[c]) for c in cov.categories))
+    table.add_row("asked by 2+ personas", *(str(cov.shared[c]) for c in cov.categories))
+    return table

@@ -94,6 +94,15 @@ class Report:
         return [e.record for e in self.entries if isinstance(e.record, Question)]
 
 
+# a LaMP-QA user (id, question, profile): a source a build samples from, not a library record
+LAMP_QA = {"id", "question", "profile"}
+LAMP_QA_HINT = (
+    "is in LaMP-QA's format (id, question, profile), not a persona file: build from it with "
+    "`personas.source: FOLDER` (configs/demo-lamp-prb.yaml); `prb personas validate` checks "
+    "the library's persona and question files"
+)
+
+
 def parse_paths(paths: Iterable[str | Path]) -> tuple[list[Entry], list[Issue]]:
     """Every record of every file; a record with a question_id is a question, else a persona."""
     entries: list[Entry] = []
@@ -103,6 +112,9 @@ def parse_paths(paths: Iterable[str | Path]) -> tuple[list[Entry], list[Issue]]:
         issues += [
             Issue(p.split(": ", 1)[0], "?", "<line>", p.split(": ", 1)[-1]) for p in problems
         ]
+        if records and all(set(obj) >= LAMP_QA and "persona_id" not in obj for _, obj in records):
+            issues.append(Issue(str(path), "*", "<file>", LAMP_QA_HINT))
+            continue
         for lineno, obj in records:
             model = Question if "question_id" in obj else Persona
             parsed, errors = schema_errors(obj, model)

@@ -722,5 +722,24 @@ def rewrite(t: dict[str, str], user: str, system: str) -> str:
         points = [f"{p}, because it keeps you steady" for p in points]
     if "what it means in" in said:  # the first term explained, as a beginner needs
         points[0] = f"{points[0]} (that is, the simplest first step)"
+    if "country this user lives in" in said:  # the place the user named, once
+        where = _PLACE.search(user.partition("<user_said>")[2].partition("</user_said>")[0])
+        points[0] = f"{points[0]} in {where.group(1) if where else 'your country'}"
+    for told, lead in _LIMITS.items():
+        if told in said:
+            points[0] = f"{lead}: {points[0][:1].lower()}{points[0][1:]}"
     fmt = "steps" if "numbered steps" in said else "bullets" if "bullet points" in said else ""
     return trim(layout(points, fmt or "prose"), budget(system))
+
+
+# where a user said they live ("I live in Berlin", "I'm from Chile")
+_PLACE = re.compile(r"\b(?:in|from)\s+((?:[A-Z][\w'-]+)(?:\s+[A-Z][\w'-]+)?)")
+# what a rewrite told of a user's limits (prompts/rewrite.yaml constraints) says up front
+_LIMITS = {
+    "free or cheap": "Free or cheap options first",
+    "best-quality": "Worth paying for the best-quality kit",
+    "only minutes a day": "In a quick ten minutes",
+    "plenty of free time": "Over a few slow hours",
+    "gentle and short": "Gently, with rests",
+    "has a disability": "In an accessible way",
+}

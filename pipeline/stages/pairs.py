@@ -175,6 +175,8 @@ class Writer:
         self.budget = g.word_budget
         if g.design == REWRITE:  # every pair contrasts two users on what a rewrite realises
             self.directions = self.prompts["chosen"].extra["directions"]
+            self.signs = self.prompts["chosen"].extra.get("signs", {})
+            self.per_pair = g.dimensions_per_pair
             self.dimensions = g.dimensions
             self.names = [CONTRAST]
             self.partners = swap_partners(rubrics, dict.fromkeys(g.dimensions, 100))
@@ -284,7 +286,7 @@ class Writer:
             and d in theirs
             and mine[d][0] != theirs[d][0]
             and {mine[d][0], theirs[d][0]} <= set(self.directions[d])
-        ]
+        ][: self.per_pair]
         if not dims:
             return dropped(
                 "no_contrast",
@@ -316,7 +318,7 @@ class Writer:
                 dimension=d,
                 chosen=mine[d][0],
                 rejected=theirs[d][0],
-                realised=realised(d, (mine[d][0], theirs[d][0]), texts),
+                realised=realised(d, (mine[d][0], theirs[d][0]), texts, self.signs.get(d)),
             )
             for d in dims
         ]
