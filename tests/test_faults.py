@@ -418,3 +418,14 @@ def test_a_request_the_server_rejects_drops_only_its_record(sim, tmp_path):
     calls = opts.stats["fault_400"]
     build(config)  # settled: a bad request is not asked again on resume
     assert opts.stats["fault_400"] == calls
+
+
+def test_retries_against_a_dead_port_count_under_the_words_of_the_drop(tmp_path):
+    """A dead port's retries were counted as "APITimeoutError" while its records were dropped
+    for "connection refused at …" (issue 48): both say the same now."""
+    from pipeline.serving import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    got, llm = ask_all(dead, tmp_path, max_retries=1)
+    assert all(isinstance(r, LLMError) and "connection refused" in r.detail for r in got)
+    assert dict(llm.usage["rubrics"].retries) == {"connection refused": 3}

@@ -367,3 +367,26 @@ def test_validating_a_lamp_qa_folder_says_what_it_is_once_per_file():
     said = [x for x in done.output.splitlines() if ": error: " in x]
     assert len(said) == 3 and all("LaMP-QA's format" in x and "_test.json" in x for x in said)
     assert "Extra inputs" not in done.output and "3 errors" in done.output
+
+
+@pytest.mark.parametrize("args", [("--help",), ("personas", "stats")])
+def test_a_reader_that_stops_reading_ends_prb_quietly(args):
+    """`prb … | head` made prb exit 1 with no word (issue 48): a closed pipe ends prb as it
+    ends any Unix tool, 141 and nothing on stderr."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before prb writes a byte
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr.decode()
+    assert done.stderr == b""

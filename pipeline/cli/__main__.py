@@ -1,3 +1,3 @@
-from pipeline.cli import app
+from pipeline.cli import main
 
-app()
+main()

@@ -48,6 +48,8 @@ def guarded(fn):
             raise fail("interrupted; nothing finished is lost", 130) from None
         except (typer.Exit, typer.Abort, TyperException):  # typer's own exits and usage errors
             raise
+        except BrokenPipeError:  # the reader of stdout left (`| head`): cli.main ends quietly
+            raise
         except BaseException as e:
             if is_termination(e):
                 raise fail("terminated; nothing finished is lost", 143) from None

@@ -64,6 +64,9 @@ def describe_failure(exc: BaseException, base_url: str, timeout_s: float) -> str
     return f"{name}: {exc}"
 
 
+PLAIN_CAUSES = ("connection refused", "cannot resolve the host")
+
+
 def classify(
     exc: BaseException,
     cfg,
@@ -94,5 +97,7 @@ def classify(
         detail,
         status=getattr(exc, "status_code", None),
         headers=headers(response.headers) if response is not None else {},
-        cause=type(exc).__name__,
+        # the retries count under the same words as the drop (some clients call a refused
+        # connection a timeout)
+        cause=next((w for w in PLAIN_CAUSES if detail.startswith(w)), type(exc).__name__),
     )
