@@ -101,3 +101,20 @@ def test_changed_settings_refuse_to_resume_unless_forced(tmp_path, sim_url):
         == 4.5
     )
     assert first["funnel"]["pairs"] == 6
+
+
+def test_a_demo_of_a_run_being_built_is_refused_before_its_server_starts(tmp_path, sim_url):
+    """`prb demo` started the simulator (or the local model: minutes) before the run's lock
+    said no, ~25 s later (issue 48): the lock is asked first now, and no server starts."""
+    config = write_config(tmp_path, sim_url)
+    run_dir = tmp_path / "outputs" / "demo"
+    with RunLock(run_dir):
+        done = subprocess.run(
+            [sys.executable, "-m", "pipeline.cli", "demo", "--config", str(config)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    assert done.returncode == 3, done.stderr
+    assert "in use by another prb run" in done.stderr
+    assert "prb simulator on" not in done.stdout + done.stderr

@@ -159,13 +159,18 @@ def demo(
         config = DATA / "configs" / f"demo-lamp-{recipe}.yaml"
     if local_model is not None and not local:
         raise fail("--local-model names the model of --local: add --local", 2)
+    from pipeline.config import load_config
+    from pipeline.run.rundir import RunLock
+
+    config = config or DATA / "configs" / ("local.yaml" if local else "demo.yaml")
+    given = {"run_id": run_id, **weak} | ({"model__local": local_model} if local else {})
+    # a bad config, and a demo of this run id already building, say so before a server starts
+    cfg = load_config(str(config), **given)
+    RunLock(cfg.run_dir).check()
     if local:
-        from pipeline.config import load_config
         from pipeline.llm import local as served
 
-        config = config or DATA / "configs" / "local.yaml"
-        given = {"run_id": run_id, "model__local": local_model, **weak}
-        model = load_config(str(config), **given).model  # checked before the model starts
+        model = cfg.model
         with served.running(
             model.local, threads=model.local_threads, batch_threads=model.local_batch_threads
         ) as (url, alias, digest):
@@ -175,8 +180,7 @@ def demo(
         from pipeline.run.rundir import FingerprintError
         from pipeline.sim.server import running
 
-        config = config or DATA / "configs" / "demo.yaml"
-        overrides = {"run_id": run_id, **weak}
+        overrides = dict(given)
         with running() as base_url:  # the simulator prints its address itself
             overrides["model__base_url"] = base_url
             try:
