@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -25,6 +27,30 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "configs" / "demo.yaml"
+PRB = Path(sys.executable).with_name("prb")  # the console script, as a user runs it
+
+
+def prefect_env(**extra: str) -> dict[str, str]:
+    """The environment a `prb` subprocess gets: this one, on the session's Prefect server."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, **extra}
+    url = PREFECT_API_URL.value()  # the session's prefect_test_harness server
+    if url:
+        env["PREFECT_API_URL"] = url
+    return env
+
+
+def prb(*args: str, env: dict | None = None, timeout: float = 300, **popen):
+    """Run `prb ARGS` to the end as a user does: a CompletedProcess with text stdout/stderr."""
+    return subprocess.run(
+        [str(PRB), *args],
+        env=env or prefect_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **popen,
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

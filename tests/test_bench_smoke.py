@@ -10,9 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, prefect_env
 from public_releases import controlled
-from test_crash import prefect_env
 
 BENCH = REPO / "bench"
 RELEASE = "{release}"  # a small release in the public schema, written per test

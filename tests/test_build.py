@@ -175,7 +175,7 @@ def test_prb_demo_moves_a_demo_from_another_version_aside_instead_of_failing(tmp
     import subprocess
     import sys
 
-    from test_crash import prefect_env
+    from conftest import prefect_env
 
     config = write_config(tmp_path, "http://127.0.0.1:9/v1", personas={"per_category": 1})
 

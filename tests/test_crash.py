@@ -15,28 +15,16 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from conftest import build, write_config
+from conftest import PRB, build, prefect_env, write_config
 
-PRB = Path(sys.executable).with_name("prb")
 STAGE_IDS = {  # stage file -> how a record's identity is read
     "rubrics": lambda r: r["task"]["task_id"],
     "pairs": lambda r: r["task"]["task_id"],
     "filters": lambda r: r["pair"]["pair_id"],
 }
-
-
-def prefect_env(**extra: str) -> dict[str, str]:
-    from prefect.settings import PREFECT_API_URL
-
-    env = {**os.environ, **extra}
-    url = PREFECT_API_URL.value()  # the session's prefect_test_harness server
-    if url:
-        env["PREFECT_API_URL"] = url
-    return env
 
 
 def start_build(*args: str, env: dict | None = None) -> subprocess.Popen:

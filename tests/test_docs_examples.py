@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from conftest import checkout_copy
-from test_hostile4 import prb
+from conftest import checkout_copy, prb
 
 from pipeline.cli import app
 

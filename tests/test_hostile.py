@@ -18,10 +18,11 @@ import sys
 import time
 from pathlib import Path
 
+import conftest
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, build, write_config
-from test_crash import PRB, kill_group, prefect_env, tree_hashes
+from conftest import PRB, REPO, build, prefect_env, write_config
+from test_crash import kill_group, tree_hashes
 
 from pipeline.config import ConfigError
 from pipeline.personas.files import PersonaFileError
@@ -33,17 +34,10 @@ from pipeline.serving import free_port
 SMALL = {"per_category": 2}
 
 
-def prb(*args: str, env: dict | None = None, timeout: float = 240, **popen) -> tuple[int, str, str]:
-    """Run `prb ARGS` to the end: (exit code, stdout, stderr)."""
-    proc = subprocess.run(
-        [str(PRB), *args],
-        env=env or prefect_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        **popen,
-    )
-    return proc.returncode, proc.stdout, proc.stderr
+def prb(*args: str, **options) -> tuple[int, str, str]:
+    """conftest's `prb`, as (exit code, stdout, stderr)."""
+    done = conftest.prb(*args, **options)
+    return done.returncode, done.stdout, done.stderr
 
 
 def one_line(stderr: str) -> str:

@@ -18,11 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
-from conftest import REPO, build, write_config
+from conftest import PRB, REPO, build, prefect_env, write_config
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from public_releases import controlled
-from test_crash import PRB, prefect_env
 from test_hostile import one_line, prb
 
 from pipeline import csvfile

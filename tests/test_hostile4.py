@@ -7,23 +7,12 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from conftest import prb, prefect_env
 from public_releases import controlled, write_hub_layout
-from test_crash import prefect_env
 
 from pipeline.eval.rewards import RewardModel
 
 ESC = "\x1b[2J\x1b]0;owned\x07"
-
-
-def prb(*args: str, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=prefect_env(),
-        cwd=cwd,
-    )
 
 
 def test_release_diff_and_verify_never_print_a_foreign_id_raw(tmp_path):

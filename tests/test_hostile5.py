@@ -158,7 +158,7 @@ def test_personas_commands_print_markup_in_ids_as_text(tmp_path):
     import subprocess
     import sys
 
-    from test_crash import prefect_env
+    from conftest import prefect_env
 
     bad = tmp_path / "p.jsonl"
     bad.write_text(
@@ -183,7 +183,8 @@ def test_a_terminated_reward_server_takes_its_simulator_with_it(tmp_path):
     import sys
 
     import httpx
-    from test_crash import kill_group, prefect_env
+    from conftest import prefect_env
+    from test_crash import kill_group
 
     from pipeline.serving import free_port
 
@@ -226,8 +227,7 @@ def test_the_resume_line_repeats_the_endpoint_that_was_given(tmp_path, sim_facto
     import subprocess
     import sys
 
-    from conftest import write_config
-    from test_crash import prefect_env
+    from conftest import prefect_env, write_config
 
     url = sim_factory(rate_429=0.7, retry_after="99999999", fault_tasks="rejected")
     config = write_config(tmp_path, "http://127.0.0.1:9/v1", personas={"per_category": 4})
@@ -307,7 +307,7 @@ def test_an_import_source_with_many_bad_records_is_one_line(tmp_path):
 def test_paths_that_are_not_there_or_not_folders_are_named_as_such(tmp_path):
     """`annotate status /nonexistent` said "not a safe name"; `release diff REL file.jsonl`
     said "no such release folder" of a file (issue 48)."""
-    from test_hostile4 import prb
+    from conftest import prb
 
     done = prb("annotate", "status", "/nonexistent", cwd=tmp_path)
     assert done.returncode == 2 and "/nonexistent: no such run folder" in done.stderr

@@ -16,8 +16,7 @@ from pathlib import Path
 import datasets
 import pytest
 import yaml
-from conftest import build, write_config
-from test_crash import prefect_env
+from conftest import build, prefect_env, write_config
 
 from pipeline.checks import CHECKS, FilterConfig
 from pipeline.checks.degenerate import Settings, side, why

@@ -12,8 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import prefect_env
 from public_releases import controlled
-from test_crash import prefect_env
 
 PYPROJECT = """[build-system]
 requires = ["setuptools>=68"]

@@ -4,11 +4,10 @@ any release in the public schema, tested on two releases in the official hub lay
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import prb
 from public_releases import controlled, leaky, write_hub_layout
 
 from pipeline import probes
@@ -23,16 +22,6 @@ def releases(tmp_path_factory):
         "controlled": write_hub_layout(root / "controlled", controlled(couples=20)),
         "leaky": write_hub_layout(root / "leaky", leaky(users=40)),
     }
-
-
-def prb(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=cwd,
-    )
 
 
 def test_the_probes_flag_the_leaky_release_and_pass_the_controlled_one(releases):

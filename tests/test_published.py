@@ -395,7 +395,7 @@ def test_compare_of_releases_without_shared_pairs_says_so(tmp_path):
 
 
 def test_prb_demo_recipe_published_builds_offline(tmp_path):
-    from test_crash import prefect_env
+    from conftest import prefect_env
 
     tree = checkout_copy(tmp_path / "prb")  # the demo writes under its own outputs/
 

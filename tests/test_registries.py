@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import yaml
-from conftest import REPO, build, checkout_copy, write_config
-from test_crash import prefect_env
+from conftest import REPO, build, checkout_copy, prefect_env, write_config
 
 PIPELINE = REPO / "pipeline"
 

@@ -11,8 +11,8 @@ import sys
 from importlib.metadata import EntryPoint
 
 import pytest
+from conftest import prefect_env
 from public_releases import controlled
-from test_crash import prefect_env
 
 from pipeline.registry import Registry, RegistryError
 

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import build, write_config
-from test_crash import prefect_env
+from conftest import build, prb, prefect_env, write_config
 
 from pipeline.release.load import load_rows
 
@@ -32,16 +31,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def prb(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=prefect_env(),
-    )
 
 
 @pytest.fixture

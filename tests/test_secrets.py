@@ -7,8 +7,8 @@ import json
 import os
 from pathlib import Path
 
-from conftest import REPO, build, write_config
-from test_crash import prefect_env, run_prb
+from conftest import REPO, build, prefect_env, write_config
+from test_crash import run_prb
 
 from pipeline.config import load_config
 from pipeline.llm.prompts import load_prompt
