@@ -36,6 +36,14 @@ def jsonl_lines(text: str) -> list[str]:
     return [line for line in text.split("\n") if line.strip()]
 
 
+def unwrap(text: str, tag: str) -> str:
+    """The text without the prompt's own tag around it (a small model copies `<answer>` from
+    the prompt into its reply, on both sides of a pair alike)."""
+    text = text.strip()
+    text = text.removeprefix(f"<{tag}>").removesuffix(f"</{tag}>")
+    return text.strip()
+
+
 def words(text: str) -> list[str]:
     """The words of a text: the one tokenizer every probe, check and baseline counts with."""
     return _WORD.findall(text)

@@ -12,7 +12,7 @@ import yaml
 from conftest import build, write_config
 
 from pipeline.llm.prompts import load_prompt
-from pipeline.realised import explanations, layout, realised
+from pipeline.realised import echoed, explanations, layout, realised
 from pipeline.records import Pair, RubricRecord
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,6 +60,19 @@ def test_a_dimension_with_signs_is_verified_by_the_words_that_show_each_level():
     cheap, dear = "Buy a free app and cheap paper.", "Buy the best-quality paper; worth paying."
     assert realised("constraints", ("tight_budget", "flexible_budget"), (cheap, dear), budget)
     assert not realised("constraints", ("flexible_budget", "tight_budget"), (cheap, dear), budget)
+
+
+def test_a_rewrite_that_repeats_its_instruction_is_caught():
+    """The real-fit recording of v2: a 1.5B wrote "Lay out your camera settings as numbered
+    steps in the order to do them" into an answer, and one rejected answer was its two
+    instructions and nothing else; such a pair is dropped (`instructions_echoed`)."""
+    told = load_prompt("rewrite").extra["directions"]
+    steps, rich = told["format"]["step_by_step"], told["constraints"]["flexible_budget"]
+    leaked = "1. Lay out your camera settings as numbered steps in the order to do them.\n2. Go."
+    assert echoed(leaked, [steps]) == "as numbered steps in the order"
+    assert echoed("- " + rich, [rich, steps])
+    clean = "1. Open the aperture wide.\n2. Raise the ISO a step at a time, in order."
+    assert echoed(clean, [steps, rich]) is None
 
 
 def test_every_level_a_rewrite_can_be_told_can_be_seen():
@@ -153,3 +166,10 @@ def test_the_design_records_nothing_new_for_a_plan_build(tmp_path, sim_url):
 
     with pytest.raises(ConfigError, match="a rewrite can realise only"):
         load_config(bad)
+
+
+def test_the_prompts_own_tag_around_a_reply_is_not_the_answer():
+    from pipeline.text import unwrap
+
+    assert unwrap(" <answer>Go to Berlin.</answer>\n", "answer") == "Go to Berlin."
+    assert unwrap("Use <answer> tags in HTML.", "answer") == "Use <answer> tags in HTML."

@@ -27,7 +27,7 @@ from pipeline.calls import LLMError
 from pipeline.contrast import User, partners
 from pipeline.llm.prompts import load_prompt
 from pipeline.meter import timed
-from pipeline.realised import realised
+from pipeline.realised import echoed, realised
 from pipeline.records import (
     Difference,
     Dropped,
@@ -46,6 +46,7 @@ from pipeline.stages.base import (
     process_stage,
 )
 from pipeline.store import Records, StageFile
+from pipeline.text import unwrap
 
 TASKS = ("content_plan", "chosen", "rejected", "base_answer", "rewrite")
 REWRITE = "rewrite"  # generation.design: one base answer rewritten for each side's user
@@ -312,7 +313,10 @@ class Writer:
             )
         except LLMError as e:
             return dropped(f"generator_{e.kind}", e.detail)
-        texts = (chosen.value, rejected.value)
+        texts = (unwrap(chosen.value, "answer"), unwrap(rejected.value, "answer"))
+        for name, text, who in (("chosen", texts[0], mine), ("rejected", texts[1], theirs)):
+            if said := echoed(text, told(who)["instructions"]):
+                return dropped("instructions_echoed", f"{name} repeats its instruction: {said!r}")
         differences = [
             Difference(
                 dimension=d,
@@ -331,8 +335,8 @@ class Writer:
             rubric_aspects=rec.rubric_aspects,
             narrative=rec.narrative,
             key_points=[],
-            chosen=chosen.value,
-            rejected=rejected.value,
+            chosen=texts[0],
+            rejected=texts[1],
             rejected_strategy=CONTRAST,
             rejected_for=other,
             generator_model=self.model,
