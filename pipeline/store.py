@@ -133,6 +133,12 @@ class StageFile:
         earlier line). Holds keys and numbers, never records."""
         return {key(self._parse(f":{n}", line)): offset for n, offset, line in self._lines()}
 
+    def values(self, field: str) -> Iterator:
+        """One top-level field of every line, in file order, without building records (the
+        ids of 50,000 Tasks in a blink, where validating them whole costs seconds)."""
+        for _, _, line in self._lines():
+            yield json.loads(line)[field]
+
     def read_at(self, offsets: Iterable[int]) -> Iterator[M]:
         """The records starting at `offsets`, in the order given."""
         if not self.path.exists():

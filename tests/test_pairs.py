@@ -15,7 +15,7 @@ from conftest import build, write_config
 from pipeline.config import load_config
 from pipeline.llm import LLM
 from pipeline.llm.cache import ResponseCache
-from pipeline.records import Pair, RubricRecord
+from pipeline.records import Pair, RubricRecord, Task
 from pipeline.sim.responder import REGISTERS, STYLES, styles_of
 from pipeline.stages import RunContext, stage
 from pipeline.store import StageFile
@@ -48,7 +48,9 @@ async def make_pairs(cfg, run_dir: Path, rubrics: list[RubricRecord]) -> None:
     cache = ResponseCache(cfg.cache_path)
     llm = LLM(cfg.model, cache)
     try:
-        await stage("pairs").run(RunContext(cfg, run_dir, llm, cache), rubrics)
+        ctx = RunContext(cfg, run_dir, llm, cache)
+        ctx.outputs[Task] = None  # rubrics held in memory: users coupled in task id order
+        await stage("pairs").run(ctx, rubrics)
     finally:
         await llm.aclose()
         cache.close()
@@ -186,7 +188,8 @@ def test_swap_partners_do_not_depend_on_the_order_the_planner_finished_in(sim_ur
 
     def found(folder: Path) -> dict:
         file = StageFile(folder, "rubrics", RubricRecord)
-        return swap_partners(Records(file, lambda r: r.task.task_id))
+        questions = Records(StageFile(folder, "questions", Task), lambda t: t.task_id)
+        return swap_partners(Records(file, lambda r: r.task.task_id), None, questions)
 
     as_built, reversed_ = found(run_dir), found(shuffled)
     assert len(as_built) == 24 and as_built == reversed_

@@ -1115,3 +1115,46 @@ def test_a_plugin_package_adds_a_reward_model_and_a_probe(tmp_path):
     )
     assert "shorter answer wins" not in flat(without.stdout)  # nothing of it outside that folder
     assert not list(Path(sys.prefix).glob("lib/*/site-packages/prb_plugin_demo*"))
+
+
+def test_a_stage_opens_only_the_stage_files_it_declares(tmp_path, sim_url, monkeypatch):
+    """Issue 49: the pairs stage opened the questions stage's file by its name. Every stage
+    file a stage opens while it runs is its own, the drops, or the file of a record type it
+    declares in `reads` (the latest earlier stage writing it): a side door fails here."""
+    import dataclasses
+    import sys as _sys
+
+    import pipeline.run.flow as flow
+
+    running: list[str | None] = [None]
+    opened: dict[str, set[str]] = {}
+
+    def hook(event, args):
+        if event == "open" and running[0] and isinstance(args[0], str | Path):
+            path = Path(args[0])
+            if path.suffix == ".jsonl" and path.parent.name == "demo":
+                opened.setdefault(running[0], set()).add(path.name)
+
+    def watched(stage):
+        async def run(ctx, inputs):
+            running[0] = stage.name
+            try:
+                return await stage.run(ctx, inputs)
+            finally:
+                running[0] = None
+
+        return dataclasses.replace(stage, run=run)
+
+    monkeypatch.setattr(flow, "STAGES", tuple(watched(s) for s in flow.STAGES))
+    _sys.addaudithook(hook)  # cannot be removed: it records only while `running` names a stage
+    build(write_config(tmp_path, sim_url, personas={"per_category": 2}))
+    assert {"pairs", "filters"} <= set(opened), opened
+    order = list(flow.STAGES)
+    for i, stage in enumerate(order):
+        writers = {
+            t: next(s for s in reversed(order[:i]) if s.output is t).name for t in stage.reads
+        }
+        allowed = {f"{stage.name}.jsonl", "dropped.jsonl"} | {
+            f"{w}.jsonl" for w in writers.values()
+        }
+        assert opened.get(stage.name, set()) <= allowed, (stage.name, opened[stage.name])

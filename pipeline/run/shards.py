@@ -35,9 +35,12 @@ def persona_of(record) -> str:
 
 
 @task(name="shard", cache_policy=NO_CACHE)
-async def run_shard(stage: str, cfg: RunConfig, shard_dir: str, inputs: Records) -> dict:
+async def run_shard(
+    stage: str, cfg: RunConfig, shard_dir: str, inputs: Records, reads: dict
+) -> dict:
     async with session(cfg) as llm:
         ctx = RunContext(cfg, Path(shard_dir), llm, llm.cache, shard=True)
+        ctx.outputs.update(reads)  # the stage's other declared reads, whole (Records: files)
         await _stage(stage).run(ctx, inputs)
     return llm.usage_dict()
 
@@ -83,6 +86,7 @@ async def run_sharded(stage: Stage, ctx: RunContext, inputs: Records) -> None:
             ctx.cfg,
             str(run_dir / "shards" / stage.name / f"{k:03d}"),
             inputs.subset(ids),
+            {t: ctx.read(t) for t in stage.reads[1:]},
         )
         for k, ids in sorted(groups.items())
         if k in todo

@@ -19,7 +19,6 @@ same variables; each uses what it needs."""
 from __future__ import annotations
 
 import asyncio
-import json
 from collections import Counter
 from collections.abc import Mapping
 
@@ -45,7 +44,7 @@ from pipeline.stages.base import (
     model_stage_done,
     process_stage,
 )
-from pipeline.store import Records, StageFile
+from pipeline.store import Records
 from pipeline.text import unwrap
 
 TASKS = ("content_plan", "chosen", "rejected", "base_answer", "rewrite")
@@ -87,20 +86,14 @@ def strategies(cfg, prompt) -> list[str]:
 SWAP = "persona_swap"
 
 
-def task_order(rubrics: Records) -> dict[str, int]:
-    """task id -> its place in the questions stage's file, which is written in one seeded pass;
-    the rubrics file is in the order the planner's answers came back, which concurrency makes
-    differ from run to run. Only each line's id is read: parsing 50,000 Tasks whole costs
-    seconds for one field."""
-    order: dict[str, int] = {}
-    file = getattr(rubrics, "file", None)  # a plain list (tests): by task id
-    questions = StageFile(file.path.parent, "questions", Task).path if file else None
-    if questions and questions.exists():
-        with open(questions, encoding="utf-8") as f:
-            for line in f:
-                if line.strip():
-                    order.setdefault(json.loads(line)["task_id"], len(order))
-    return order
+def task_order(questions: Records | None) -> dict[str, int]:
+    """task id -> its place in the questions stage's file (the pairs stage's second read),
+    which is written in one seeded pass; the rubrics file is in the order the planner's
+    answers came back, which concurrency makes differ from run to run. Only each line's id is
+    read."""
+    if questions is None:  # tests: by task id
+        return {}
+    return {t: n for n, t in enumerate(dict.fromkeys(questions.file.values("task_id")))}
 
 
 def partner_of(rec: RubricRecord) -> tuple[str, list[dict], list[dict], list[dict]]:
@@ -134,7 +127,7 @@ class SwapPartners(Mapping):
 
 
 def swap_partners(
-    rubrics: Records, weights: dict[str, int] | None = None
+    rubrics: Records, weights: dict[str, int] | None = None, questions: Records | None = None
 ) -> Mapping[str, tuple[str, list[dict], list[dict], list[dict]]]:
     """task id -> (persona id, aspects, profile, preferences) of its contrasting user: in
     mutual couples of the same category, most conflicting first (pipeline/contrast.py
@@ -155,7 +148,7 @@ def swap_partners(
             levels={f.dimension: f.level for f in p.preferences},
             profile=rec.task.task_id,
         )
-    order = task_order(rubrics)
+    order = task_order(questions)
     users = dict(sorted(users.items(), key=lambda item: (order.get(item[0], len(order)), item[0])))
     found = partners(users, weights)
     if file is None:
@@ -169,6 +162,7 @@ class Writer:
 
     def __init__(self, ctx: RunContext, rubrics: Records):
         self.ctx = ctx
+        questions = ctx.read(Task)  # the order users are coupled in (task_order)
         g = ctx.cfg.generation
         self.prompts = {role: load_prompt(t) for role, t in tasks_of(ctx.cfg).items()}
         self.versions = {p.task: p.ref for p in self.prompts.values()}
@@ -180,11 +174,11 @@ class Writer:
             self.per_pair = g.dimensions_per_pair
             self.dimensions = g.dimensions
             self.names = [CONTRAST]
-            self.partners = swap_partners(rubrics, dict.fromkeys(g.dimensions, 100))
+            self.partners = swap_partners(rubrics, dict.fromkeys(g.dimensions, 100), questions)
             return
         self.instructions = self.prompts["rejected"].extra["strategies"]
         self.names = strategies(ctx.cfg, self.prompts["rejected"])
-        self.partners = swap_partners(rubrics) if SWAP in self.names else {}
+        self.partners = swap_partners(rubrics, None, questions) if SWAP in self.names else {}
         # a swap task with nobody to swap with takes one of these instead
         self.others = [n for n in self.names if n != SWAP]
         self.others = self.others or [n for n in self.instructions if n != SWAP]
@@ -377,7 +371,7 @@ async def run(ctx: RunContext, rubrics: Records) -> Records:
     # (a run of persona_swap alone has nothing to rewrite: its other pairs have no partner)
     rewrite_on = ctx.cfg.generation.rewrite_artifacts and ctx.cfg.filters.artifact_gate
     if rewrite_on and not set(writer.names) <= {SWAP, CONTRAST}:
-        writer.partners = writer.partners or swap_partners(rubrics)
+        writer.partners = writer.partners or swap_partners(rubrics, None, ctx.read(Task))
         with timed(ctx.seconds, "pairs: artifact gate and its rewrites"):
             found = await rewrite_artifacts(ctx, rubrics, writer.partners, writer.rewrite)
             ctx.changed[STAGE.funnel] = found
@@ -473,7 +467,7 @@ def configured(cfg) -> dict[str, dict]:
 
 STAGE = Stage(
     name="pairs",
-    reads=(RubricRecord,),
+    reads=(RubricRecord, Task),
     input_id=lambda r: r.task.task_id,
     output=Pair,
     output_id=lambda p: p.task.task_id,
