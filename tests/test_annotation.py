@@ -503,7 +503,9 @@ def test_cli_and_release_gating(run_copy, tmp_path):
     assert {r["pair_id"] for r in rows if r["verdict"] == "insufficient"} == {lonely}
     # the stage also works without a build around it
     ctx = RunContext(load_config(config), run_dir)
-    assert len(asyncio.run(stage("annotation").run(ctx, kept))) == len(kept)
+    report = asyncio.run(stage("annotation").run(ctx, kept))
+    assert len(report.output) == len(kept)
+    assert report.kept == sum(r["verdict"] == "confirmed" for r in rows)  # required: confirmed
 
 
 def test_releasable_rule():

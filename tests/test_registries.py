@@ -146,15 +146,14 @@ def test_every_derived_view_agrees_with_the_registries():
 STAGE_MODULE = '''"""Added by a test: passes on every task with a question, in a funnel row."""
 
 from pipeline.records import Task
-from pipeline.stages.base import RunContext, Stage
+from pipeline.stages.base import RunContext, Stage, StageReport
 from pipeline.store import Records
 
 
-async def run(ctx: RunContext, tasks: Records) -> Records:
+async def run(ctx: RunContext, tasks: Records) -> StageReport:
     STAGE.file(ctx.run_dir).write_all(t for t in tasks if t.question.strip())
     records = Records(STAGE.file(ctx.run_dir), STAGE.output_id)
-    ctx.funnel[STAGE.funnel] = len(records)
-    return records
+    return StageReport(records, len(records))
 
 
 STAGE = Stage(name="question_gate", reads=(Task,), input_id=lambda t: t.task_id, output=Task,
@@ -178,7 +177,7 @@ class Screen(Record):  # the model's answer: this stage's own schema
     note: str = ""
 
 
-async def run(ctx: RunContext, pairs: Records) -> Records:
+async def run(ctx: RunContext, pairs: Records):
     prompt = load_prompt("screen_answer")
 
     async def screen(pair: Pair) -> Pair | Dropped:

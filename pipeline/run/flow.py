@@ -98,7 +98,8 @@ async def build(
                 if stage.before:  # once over the whole run, before the shards
                     await stage.before(ctx, previous)
                 await run_sharded(stage, ctx, previous)
-            previous = await stage_task(stage)(ctx, previous)
+            report = await stage_task(stage)(ctx, previous)
+            ctx.reports[stage.name], previous = report, report.output
             if stage.output is not None:
                 ctx.outputs[stage.output] = previous
             write_funnel(run_dir, ctx.funnel, ctx.lost, ctx.changed)  # for `prb audit`, however far

@@ -15,7 +15,14 @@ import functools
 
 from pipeline.checks import CHECKS
 from pipeline.registry import Registry
-from pipeline.stages.base import RunContext, Stage, assemble, process_stage, prompt_tasks
+from pipeline.stages.base import (
+    RunContext,
+    Stage,
+    StageReport,
+    assemble,
+    process_stage,
+    prompt_tasks,
+)
 
 # name -> its module's STAGE, in the order they run; another package adds one as an entry
 # point of `prb.stages` (a Stage naming the stage it runs `after`)
@@ -80,6 +87,7 @@ __all__ = [
     "CHECKS",
     "STAGES",
     "RunContext",
+    "StageReport",
     "Stage",
     "build_tasks",
     "call_order",

@@ -14,11 +14,11 @@ from pipeline.annotation.layout import load_key, load_labels
 from pipeline.annotation.stats import verdicts
 from pipeline.annotation.verdicts import releasable
 from pipeline.records import AnnotationRecord, FilterRecord
-from pipeline.stages.base import RunContext, Stage
+from pipeline.stages.base import RunContext, Stage, StageReport
 from pipeline.store import Records
 
 
-async def run(ctx: RunContext, filtered: Records) -> list[AnnotationRecord]:
+async def run(ctx: RunContext, filtered: Records) -> StageReport:
     kept = sorted(r.pair.pair_id for r in filtered if r.kept)
     key = load_key(ctx.run_dir)
     labels = load_labels(ctx.run_dir) if key else []
@@ -27,10 +27,9 @@ async def run(ctx: RunContext, filtered: Records) -> list[AnnotationRecord]:
         found.get(pid) or AnnotationRecord(pair_id=pid, verdict="unlabelled") for pid in kept
     ]
     STAGE.file(ctx.run_dir).write_all(records)
-    passed = [r for r in records if releasable(ctx.cfg, r)]
-    ctx.funnel[STAGE.funnel] = len(passed)
-    ctx.lost[STAGE.funnel] = Counter(r.verdict for r in records if not releasable(ctx.cfg, r))
-    return records
+    passed = sum(releasable(ctx.cfg, r) for r in records)
+    lost = Counter(r.verdict for r in records if not releasable(ctx.cfg, r))
+    return StageReport(records, passed, lost=lost)
 
 
 STAGE = Stage(

@@ -5,7 +5,9 @@ prompt tasks it uses and the call names it records, its model role (model stages
 concurrently over their records, and may run as shards), what a resume may ask again, and its
 row in the funnel with the card's words for it. `run(ctx, previous)` takes the previous stage's
 output (a `store.Records` view of its stage file, or nothing for the first stage) and returns
-its own; what the release needs later (counts, drops, cache keys) goes into the `RunContext`.
+a `StageReport`: its own output and what it did (records passed on, lost by reason, changed,
+the ids it produced, the cache keys it used). The flow assembles the funnel, the manifest's
+counts and run_stats from the reports; a stage reads the earlier ones through `RunContext`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pydantic import BaseModel
 from pipeline import progress
 from pipeline.errors import PrbError
 from pipeline.records import Dropped
-from pipeline.store import Records, StageFile, dropped_file, settled_ids
+from pipeline.store import Records, StageFile, current_drops, dropped_file, settled_ids
 
 if TYPE_CHECKING:
     from pipeline.config import RunConfig
@@ -30,8 +32,25 @@ if TYPE_CHECKING:
     from pipeline.llm.client import LLM
 
 
+@dataclass
+class StageReport:
+    """What one stage did, as it returns it: `output` (what it hands on), `kept` (its funnel
+    row), what it lost by reason (None: its records in dropped.jsonl say), what it changed and
+    how often, an error behind a reason, the ids it produced and the cache keys of the answers
+    they used (the manifest's tokens and cost)."""
+
+    output: Any
+    kept: int
+    lost: Counter | None = None
+    changed: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, str] = field(default_factory=dict)
+    produced: set[str] = field(default_factory=set)
+    keys: list[str] = field(default_factory=list)
+
+
 class RunContext:
-    """One build: its settings and model client, and what the stages found out on the way.
+    """One build: its settings, model client and readers: the outputs and reports of the
+    stages that ran, which only the flow writes.
 
     A plain class on purpose: Prefect walks dataclass and pydantic task parameters looking for
     futures, and this one holds whole stages' worth of results."""
@@ -51,14 +70,40 @@ class RunContext:
         self.shard = shard  # one shard of a stage (run/shards.py): the stage's `before` is done
         self.shards = shards  # > 0: model stages run as that many shard tasks (run/shards.py)
         self.stages = stages  # the registry the flow runs (a stage reads it here, never imports it)
-        self.funnel: dict[str, int] = {}  # funnel row -> records
-        self.lost: dict[str, Counter] = {}  # funnel row -> why records were lost
-        self.changed: dict[str, dict[str, int]] = {}  # funnel row -> what was rewritten, how often
-        self.examples: dict[str, str] = {}  # drop reason -> an error it came with
-        self.produced: dict[str, set[str]] = {}  # stage -> ids it produced
-        self.keys: dict[str, list[str]] = {}  # stage -> cache keys of the answers it used
+        self.reports: dict[str, StageReport] = {}  # stage name -> its report, in run order
         self.outputs: dict[type, Any] = {}  # record type -> the latest stage output of it
         self.seconds: dict[str, float] = {}  # a stage's part (the gate, a floor check) -> time
+
+    def _rows(self):
+        for s in self.stages:
+            if s.name in self.reports:
+                yield s, self.reports[s.name]
+
+    @property
+    def funnel(self) -> dict[str, int]:
+        """funnel row -> records each stage passed on."""
+        return {s.funnel: r.kept for s, r in self._rows()}
+
+    @property
+    def lost(self) -> dict[str, Counter]:
+        """funnel row -> why records were lost, for the stages that counted their own."""
+        return {s.funnel: r.lost for s, r in self._rows() if r.lost is not None}
+
+    @property
+    def changed(self) -> dict[str, dict[str, int]]:
+        return {s.funnel: r.changed for s, r in self._rows() if r.changed}
+
+    @property
+    def examples(self) -> dict[str, str]:
+        return {k: v for _, r in self._rows() for k, v in r.examples.items()}
+
+    @property
+    def produced(self) -> dict[str, set[str]]:
+        return {s.name: r.produced for s, r in self._rows()}
+
+    @property
+    def keys(self) -> dict[str, list[str]]:
+        return {s.name: r.keys for s, r in self._rows()}
 
     def read(self, record_type: type[BaseModel]) -> Any:
         """What the latest stage that writes `record_type` handed on (a stage declares it in
@@ -214,15 +259,16 @@ async def process_stage(
     return counts
 
 
-def model_stage_done(stage: Stage, ctx: RunContext, inputs: Records) -> Records:
-    """A model stage's outputs for `inputs`, noting in one pass the ids it produced, the cache
-    keys of the answers they used (for the manifest's tokens) and its funnel count."""
+def model_stage_done(stage: Stage, ctx: RunContext, inputs: Records) -> StageReport:
+    """A model stage's report: its outputs for `inputs`, the ids it produced and the cache
+    keys of the answers they used (the manifest's tokens), read in one pass, and what it lost
+    by reason (its latest drops of records it has not since produced)."""
     outputs = stage.outputs(ctx.run_dir, inputs)
     ids: set[str] = set()
     keys: list[str] = []
     for r in outputs:
         ids.add(stage.output_id(r))
         keys.extend(r.calls.values())
-    ctx.produced[stage.name], ctx.keys[stage.name] = ids, keys
-    ctx.funnel[stage.funnel] = len(ids)
-    return outputs
+    drops = current_drops(ctx.run_dir, {stage.name: ids})
+    lost = Counter(d.reason for d in drops if d.stage == stage.name) or None
+    return StageReport(outputs, len(ids), lost=lost, produced=ids, keys=keys)

@@ -24,7 +24,7 @@ from pipeline.meter import timed
 from pipeline.qualification import qualify
 from pipeline.qualification import read as read_qualification
 from pipeline.records import FilterRecord, Pair
-from pipeline.stages.base import RunContext, Stage, process_stage
+from pipeline.stages.base import RunContext, Stage, StageReport, process_stage
 from pipeline.store import Records
 
 
@@ -134,20 +134,18 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
 
     await process_stage(STAGE, pairs, ctx.run_dir, check)
     out = STAGE.outputs(ctx.run_dir, pairs)
-    kept, lost, keys, ids = 0, Counter(), [], set()
+    report = StageReport(out, 0, lost=Counter())
     for f in out:
-        ids.add(f.pair.pair_id)
-        keys.extend(f.calls.values())
-        kept += f.kept
-        lost.update(f.reasons)
+        report.produced.add(f.pair.pair_id)
+        report.keys.extend(f.calls.values())
+        report.kept += f.kept
+        report.lost.update(f.reasons)
         for reason in f.reasons if f.errors else ():  # an error behind a judge_* reason
-            ctx.examples.setdefault(reason, next(iter(f.errors.values())))
-    keys.extend(qualified["keys"] if qualified else ())  # billed to the judge, like the checks
-    ctx.produced[STAGE.name], ctx.keys[STAGE.name] = ids, keys
-    ctx.funnel[STAGE.funnel], ctx.lost[STAGE.funnel] = kept, lost
+            report.examples.setdefault(reason, next(iter(f.errors.values())))
+    report.keys.extend(qualified["keys"] if qualified else ())  # billed to the judge
     if unjudged:  # the funnel says it: these pairs met no judge
-        ctx.changed[STAGE.funnel] = {"not judged (the judge did not qualify)": len(ids)}
-    return out
+        report.changed = {"not judged (the judge did not qualify)": len(report.produced)}
+    return report
 
 
 def _check_samples() -> dict[str, dict]:

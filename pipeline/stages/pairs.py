@@ -41,6 +41,7 @@ from pipeline.stages.base import (
     RECORDS_IN_FLIGHT,
     RunContext,
     Stage,
+    StageReport,
     model_stage_done,
     process_stage,
 )
@@ -365,17 +366,19 @@ class Writer:
         )
 
 
-async def run(ctx: RunContext, rubrics: Records) -> Records:
+async def run(ctx: RunContext, rubrics: Records) -> StageReport:
     writer = Writer(ctx, rubrics)
     await process_stage(STAGE, rubrics, ctx.run_dir, writer.pair)
     # (a run of persona_swap alone has nothing to rewrite: its other pairs have no partner)
     rewrite_on = ctx.cfg.generation.rewrite_artifacts and ctx.cfg.filters.artifact_gate
+    found = {}
     if rewrite_on and not set(writer.names) <= {SWAP, CONTRAST}:
         writer.partners = writer.partners or swap_partners(rubrics, None, ctx.read(Task))
         with timed(ctx.seconds, "pairs: artifact gate and its rewrites"):
             found = await rewrite_artifacts(ctx, rubrics, writer.partners, writer.rewrite)
-            ctx.changed[STAGE.funnel] = found
-    return model_stage_done(STAGE, ctx, rubrics)
+    report = model_stage_done(STAGE, ctx, rubrics)
+    report.changed = found
+    return report
 
 
 def first_written(pair: Pair) -> Pair:

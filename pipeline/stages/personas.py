@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from pipeline.personas.sources import source_for
 from pipeline.records import Persona
-from pipeline.stages.base import RunContext, Stage
+from pipeline.stages.base import RunContext, Stage, StageReport
 from pipeline.store import Records
 
 
-async def run(ctx: RunContext, _: None) -> Records:
+async def run(ctx: RunContext, _: None) -> StageReport:
     cfg = ctx.cfg.personas
     sample = source_for(cfg).sample(cfg, ctx.cfg.seed)  # a generator: written as it comes
-    ctx.funnel["personas"] = STAGE.file(ctx.run_dir).write_all(sample)
-    return Records(STAGE.file(ctx.run_dir), STAGE.output_id)
+    n = STAGE.file(ctx.run_dir).write_all(sample)
+    return StageReport(Records(STAGE.file(ctx.run_dir), STAGE.output_id), n)
 
 
 STAGE = Stage(

@@ -12,7 +12,7 @@ from pipeline.config import ProfileConfig
 from pipeline.personas.sources import source_for
 from pipeline.records import Persona, Question, Task, task_id
 from pipeline.retrieval import rank
-from pipeline.stages.base import RunContext, Stage
+from pipeline.stages.base import RunContext, Stage, StageReport
 from pipeline.store import Records
 
 
@@ -63,14 +63,13 @@ def select_profile(task: Task, cfg: ProfileConfig) -> Task:
     )
 
 
-async def run(ctx: RunContext, personas: Records) -> Records:
+async def run(ctx: RunContext, personas: Records) -> StageReport:
     cfg = ctx.cfg.personas
     pool = source_for(cfg).questions(cfg)
     tasks = assign_questions(personas, pool, cfg.questions_per_persona, ctx.cfg.seed)
     STAGE.file(ctx.run_dir).write_all(select_profile(t, ctx.cfg.profile) for t in tasks)
     records = Records(STAGE.file(ctx.run_dir), STAGE.output_id)
-    ctx.funnel["questions"] = len(records)
-    return records
+    return StageReport(records, len(records))
 
 
 STAGE = Stage(

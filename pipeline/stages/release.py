@@ -33,7 +33,7 @@ from pipeline.release import manifest as mf
 from pipeline.release.card import render_card
 from pipeline.release.schema import FEATURES, data_path, file_checksums, jsonl_path, to_row
 from pipeline.sim import FINGERPRINT as SIMULATOR
-from pipeline.stages.base import RunContext, Stage, prompt_tasks, roles
+from pipeline.stages.base import RunContext, Stage, StageReport, prompt_tasks, roles
 from pipeline.stats import word_count
 from pipeline.store import Records, current_drops
 
@@ -211,13 +211,13 @@ HINTS = {  # what to do about the usual cause of a stage losing every record
 }
 
 
-def why_nothing(ctx: RunContext, drops) -> str:
+def why_nothing(ctx: RunContext, funnel: dict, lost_by: dict, drops) -> str:
     """One line: the stage where the last records were lost, the main reason with an example,
     and what to do."""
-    rows = [(s, ctx.funnel[s.funnel]) for s in ctx.stages if s.funnel in ctx.funnel]
+    rows = [(s, funnel[s.funnel]) for s in ctx.stages if s.funnel in funnel]
     for (_, n_before), (stage, n) in zip(rows, rows[1:], strict=False):
         if n_before and not n:
-            lost = ctx.lost.get(stage.funnel) or Counter()
+            lost = lost_by.get(stage.funnel) or Counter()
             top = lost.most_common(1)[0][0] if lost else ""
             shown = ", ".join(f"{r} {k}" for r, k in lost.most_common(3))
             example = next(
@@ -234,17 +234,17 @@ def why_nothing(ctx: RunContext, drops) -> str:
     return "0 pairs released: the persona source gave no user: check `personas:` in the config"
 
 
-async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
+async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> StageReport:
     cfg, run_dir = ctx.cfg, ctx.run_dir
     filtered: Records = ctx.read(FilterRecord)
     drops = current_drops(run_dir, ctx.produced)
+    funnel, lost = ctx.funnel, ctx.lost
     for s in ctx.stages:  # the records each stage dropped (the filters count their own)
-        if s.funnel not in ctx.lost and any(d.stage == s.name for d in drops):
-            ctx.lost[s.funnel] = Counter(d.reason for d in drops if d.stage == s.name)
-    reasons = Counter(d.reason for d in drops) + ctx.lost.get("filters_kept", Counter())
-    mf.write_funnel(run_dir, ctx.funnel, ctx.lost, ctx.changed)  # the flow's own comes only after
-    if not ctx.funnel.get("annotation_passed"):  # a release of nothing is no release
-        raise NothingReleased(why_nothing(ctx, drops))
+        if s.funnel not in lost and any(d.stage == s.name for d in drops):
+            lost[s.funnel] = Counter(d.reason for d in drops if d.stage == s.name)
+    reasons = Counter(d.reason for d in drops) + lost.get("filters_kept", Counter())
+    if not funnel.get("annotation_passed"):  # a release of nothing is no release
+        raise NothingReleased(why_nothing(ctx, funnel, lost, drops))
     verdicts = {a.pair_id: a for a in annotations}
     # pass 1 orders the releasable pairs by (category, id) and keeps only their file offsets;
     # pass 2 reads them back one by one into the writer: no stage is held in memory
@@ -269,7 +269,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
                 for f in filtered.file.read_at(offsets)
             )
             counts[category], arrow_bytes[category] = write_category(rows, tmp, category)
-        ctx.funnel[STAGE.funnel] = stats.n
+        funnel[STAGE.funnel] = stats.n
         config = cfg.recorded()
         tokens, answered = answers_used(ctx.cache, ctx.keys)
         with timed(ctx.seconds, "release: probes"):
@@ -292,7 +292,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
                 for t, p in sorted((t, load_prompt(t)) for t in prompt_tasks(ctx.stages, cfg))
             },
             packages=mf.versions(),
-            funnel=mf.funnel(ctx.funnel),
+            funnel=mf.funnel(funnel),
             drop_reasons=dict(sorted(reasons.items())),
             per_category=counts,
             num_bytes=arrow_bytes,
@@ -323,7 +323,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> Path:
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return final
+    return StageReport(final, stats.n, lost=Counter())
 
 
 STAGE = Stage(
