@@ -4,6 +4,7 @@ evidence that only personal fit separates `chosen` from `rejected`.
 
     .venv/bin/python bench/blind_read.py items RELEASE --out DIR [--seed 0]
         -> DIR/items.jsonl (what the reader sees) and DIR/key.json (which answer is chosen)
+    (RELEASE may be a run's pairs.jsonl: every pair made, scored by what each realised)
     .venv/bin/python bench/blind_read.py score DIR/key.json VERDICTS.jsonl
 
 A verdict line: {"item": N, "fits": "A"|"B"|"none", "better_ignoring_user": "A"|"B"|"none",
@@ -27,8 +28,33 @@ from pipeline.release.load import load_rows  # noqa: E402
 from pipeline.stats import wilson  # noqa: E402
 
 
+def made(path: Path) -> list[dict]:
+    """A run's pairs.jsonl as rows (every pair made, before the filters), each with what its
+    two answers were meant to differ on."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").split("\n"):
+        if line.strip():
+            p = json.loads(line)
+            task = p["task"]
+            rows.append(
+                {
+                    "id": p["pair_id"],
+                    "question": task["question"],
+                    "profile": task["persona"]["profile"],
+                    "chosen": p["chosen"],
+                    "rejected": p["rejected"],
+                    "differences": p.get("differences") or [],
+                }
+            )
+    return rows
+
+
 def items(release: str, out: Path, seed: int) -> None:
-    rows, _ = load_rows(release)
+    """RELEASE: a release, or a run's pairs.jsonl (every pair made)."""
+    if release.endswith("pairs.jsonl"):
+        rows = made(Path(release))
+    else:
+        rows, _ = load_rows(release)
     rng = random.Random(seed)
     rng.shuffle(rows)
     out.mkdir(parents=True, exist_ok=True)
@@ -47,6 +73,9 @@ def items(release: str, out: Path, seed: int) -> None:
                 + "\n"
             )
             key[n] = {"id": row["id"], "chosen": "A" if chosen_first else "B"}
+            shown = [d["dimension"] for d in row.get("differences") or [] if d.get("realised")]
+            if shown:
+                key[n]["realised"] = shown
     (out / "key.json").write_text(json.dumps(key, indent=1))
     print(f"{len(rows)} items in {out / 'items.jsonl'}; the key in {out / 'key.json'}")
 
@@ -78,6 +107,13 @@ def score(key_path: Path, verdicts: Path) -> None:
     print(f"chosen preferred outright: {fits['chosen'] / n:.1%}; none: {fits['none'] / n:.1%}")
     print(f"better ignoring the user: {dict(ignoring)}")
     print(f"how different: {dict(difference)}")
+    by_dim: dict[str, Counter] = {}
+    for v in said:
+        k = key[str(v["item"])]
+        for d in k.get("realised", []):
+            by_dim.setdefault(d, Counter())[side(v.get("fits"), k["chosen"])] += 1
+    for d, c in sorted(by_dim.items()):
+        print(f"realised {d}: chosen {c['chosen']}, rejected {c['rejected']}, none {c['none']}")
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ _EXPLAINS = re.compile(
     r"is when|simply put|in plain words|basically)\b|\(",
     re.IGNORECASE,
 )
+LISTS = {"step_by_step", "bulleted_list"}
 DEPTH = {"brief": 0, "balanced": 1, "in_depth": 2}
 EXPERTISE = {"novice": 0, "intermediate": 1, "expert": 2}
 LONGER = 1.25  # the deeper answer has at least this many times the shallower one's words
@@ -63,14 +64,20 @@ def realised(
 ) -> bool | None:
     """Whether the two texts differ as their levels say (chosen's first); None: this dimension
     is not visible to a model-free reading. `signs` (level -> words that show it) makes any
-    dimension visible: the chosen text leans further toward its level, against the other's,
-    than the rejected text does."""
+    dimension visible: each text leans toward its own user's level, against the other's (one
+    answer naming the user's city beside one naming no place changes none of the advice, and a
+    blind reader saw no difference in fit in 9 of 15 such pairs; where each named its own
+    user's place, in 23 of 25 the reader found the user's answer the better fit).
+
+    A layout shows when one answer is prose and the other a list: numbered steps against the
+    same points as bullets read as one answer to a reader of the user's posts (7 of 8 pairs: no
+    difference in fit), so two lists are not a realised difference."""
     (a, b), (x, y) = levels, texts
     if signs and a in signs and b in signs:
-        lean = [shown(t, signs[a]) - shown(t, signs[b]) for t in (x, y)]
-        return lean[0] > lean[1]
+        return shown(x, signs[a]) > shown(x, signs[b]) and shown(y, signs[b]) > shown(y, signs[a])
     if dimension == "format":
-        return layout(x) == a and layout(y) == b
+        lists = {a, b} <= LISTS
+        return not lists and layout(x) == a and layout(y) == b
     if dimension == "depth" and a in DEPTH and b in DEPTH:
         deep, shallow = (x, y) if DEPTH[a] > DEPTH[b] else (y, x)
         return word_count(deep) >= LONGER * word_count(shallow)

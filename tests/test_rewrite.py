@@ -33,8 +33,11 @@ def test_a_layout_is_read_off_the_list_markers():
 
 
 def test_each_difference_is_verified_where_the_text_shows_it():
-    assert realised("format", ("step_by_step", "bulleted_list"), (STEPS, BULLETS))
-    assert not realised("format", ("step_by_step", "bulleted_list"), (STEPS, STEPS))
+    assert realised("format", ("step_by_step", "prose"), (STEPS, PROSE))
+    assert realised("format", ("prose", "bulleted_list"), (PROSE, BULLETS))
+    assert not realised("format", ("step_by_step", "prose"), (STEPS, STEPS))
+    # numbered steps against the same points as bullets: one answer to a reader (real-fit v2)
+    assert not realised("format", ("step_by_step", "bulleted_list"), (STEPS, BULLETS))
     short, long = "Wet it. Paint.", "Wet the paper first, because the wash spreads evenly. " * 3
     assert realised("depth", ("in_depth", "brief"), (long, short))
     assert not realised("depth", ("brief", "in_depth"), (long, short))
@@ -54,6 +57,9 @@ def test_a_dimension_with_signs_is_verified_by_the_words_that_show_each_level():
     assert realised("cultural_context", levels, (uk, india), signs)
     assert not realised("cultural_context", levels, (india, uk), signs)
     assert not realised("cultural_context", levels, (uk, uk), signs)  # the same lean: no
+    # one side names the user's country, the other none: the advice is the same (real-fit v2)
+    nowhere = "Start with a cheap set of pans from a shop, then practise daily."
+    assert not realised("cultural_context", levels, (uk, nowhere), signs)
     # whole words only: "Indiana" and "Ukraine" show neither level
     assert not realised("cultural_context", levels, ("Go to Indiana.", "Go to Ukraine."), signs)
     budget = load_prompt("rewrite").extra["signs"]["constraints"]

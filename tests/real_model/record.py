@@ -129,14 +129,15 @@ def replay_config(name: str, fixture: dict, outputs: Path) -> Path:
     return config
 
 
-def refresh(name: str) -> None:
+def refresh(name: str, keep: Path | None = None) -> None:
     """What prb makes of the recorded text, made again by today's code: the release's hashes,
     funnel, probe figures and qualification, from the fixture's responses alone (seconds, no
-    model; a prompt changed since the recording needs a real re-recording instead)."""
+    model; a prompt changed since the recording needs a real re-recording instead). `keep`:
+    build there and leave the run to read."""
     fixture = read_fixture(fixture_path(name))
     with tempfile.TemporaryDirectory(prefix=f"prb-refresh-{name}-") as tmp:
-        outputs = Path(tmp) / "outputs"
-        outputs.mkdir()
+        outputs = (keep.resolve() if keep else Path(tmp)) / "outputs"
+        outputs.mkdir(parents=True, exist_ok=True)
         config = replay_config(name, fixture, outputs)
         command = [sys.executable, "-m", "pipeline.cli", "build", "--config", str(config)]
         run = subprocess.run(command, cwd=REPO)
@@ -181,7 +182,7 @@ def main() -> None:
     name = args.name
     if args.refresh:
         try:
-            return refresh(name)
+            return refresh(name, args.keep)
         except FixtureError as e:  # --refresh never takes an edited fixture as the new truth
             sys.exit(str(e))
     with tempfile.TemporaryDirectory(prefix=f"prb-record-{name}-") as tmp:
