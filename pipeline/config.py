@@ -95,9 +95,13 @@ class GenerationConfig(Section):
     # rewrite: one shared base answer (prompts/base_answer.yaml) rewritten twice, for the user
     # and for a contrasting user, one concrete instruction per dimension of `dimensions` on
     # which the two differ (prompts/rewrite.yaml), each difference verified in the text;
-    # depth is left out by default: a brief and a thorough answer fail the length-ratio check
+    # by default where the user lives and what limits them (what a blind reader of real-fit saw
+    # as fit), then layout; depth is left out (a brief and a thorough answer fail the length
+    # check), expertise too (the 1.5B never wrote for a novice on request)
     design: Literal["plan", "rewrite"] = "plan"
-    dimensions: list[str] = Field(default_factory=lambda: ["format", "expertise"])
+    dimensions: list[str] = Field(
+        default_factory=lambda: ["cultural_context", "constraints", "format"]
+    )
     # at most this many of them per pair, in the order listed: a 1.5B follows one or two
     # concrete instructions and drops the rest
     dimensions_per_pair: int = Field(2, ge=1)
