@@ -42,9 +42,10 @@ def prefect_env(**extra: str) -> dict[str, str]:
 
 
 def prb(*args: str, env: dict | None = None, timeout: float = 300, **popen):
-    """Run `prb ARGS` to the end as a user does: a CompletedProcess with text stdout/stderr."""
+    """Run `prb ARGS` to the end (this interpreter's `-m pipeline.cli`, so a tree copied with
+    `checkout_copy` and its cwd run their own code): a CompletedProcess, text stdout/stderr."""
     return subprocess.run(
-        [str(PRB), *args],
+        [sys.executable, "-m", "pipeline.cli", *args],
         env=env or prefect_env(),
         capture_output=True,
         text=True,

@@ -32,6 +32,7 @@ import sys
 from importlib.metadata import EntryPoint
 from pathlib import Path
 
+import conftest
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -528,14 +529,7 @@ def test_nine_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url)
     env = prefect_env(PYTHONPATH=str(tree))
 
     def prb(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "pipeline.cli", *args],
-            cwd=tree,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        return conftest.prb(*args, env=env, cwd=tree)
 
     built = prb("build", "--config", str(config))
     assert built.returncode == 0, built.stderr[-3000:]
@@ -862,14 +856,7 @@ def test_a_broken_plugin_costs_prb_one_warning_line(tmp_path):
     env = prefect_env(PYTHONPATH=str(site), EXPLODE="1")
 
     def prb(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "pipeline.cli", *args],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        return conftest.prb(*args, env=env, cwd=tmp_path)
 
     helped = prb("--help")
     assert helped.returncode == 0 and "Traceback" not in helped.stderr, helped.stderr
@@ -1071,14 +1058,7 @@ def test_a_plugin_package_adds_a_reward_model_and_a_probe(tmp_path):
     env = prefect_env(PYTHONPATH=str(target))
 
     def prb(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "pipeline.cli", *args],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        return conftest.prb(*args, env=env, cwd=tmp_path)
 
     helped = prb("eval", "score", "--help")
     assert helped.returncode == 0 and "plugin: the shorter answer wins" in flat(helped.stdout)
