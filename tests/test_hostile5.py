@@ -390,3 +390,44 @@ def test_a_reader_that_stops_reading_ends_prb_quietly(args):
         os.close(write)
     assert done.returncode == 141, done.stderr.decode()
     assert done.stderr == b""
+
+
+HOSTILE = "\x1b]0;PWNED\x07\x1b[31m[/red][x](javascript:alert(1))<script>"
+
+
+def test_every_command_reading_a_release_shows_its_foreign_text_inert(tmp_path):
+    """Issue 48's mechanism: every string field of a foreign release carries a terminal
+    escape, rich markup, a Markdown link and HTML; each command that reads a release answers
+    without a raw escape on the terminal, a crash or a live link in the Markdown it writes."""
+    from conftest import prb
+    from public_releases import controlled
+
+    rows = controlled()
+    for n, r in enumerate(rows):
+        for field in ("question", "chosen", "rejected", "category", "narrative"):
+            r[field] = f"{r[field]}{HOSTILE}"
+        r["rubric_aspects"] = [f"{a}{HOSTILE}" for a in r["rubric_aspects"]]
+        r["id"] = f"{r['id']}{HOSTILE}" if n % 2 else r["id"]
+        for item in r.get("profile") or []:
+            item["text"] = f"{item['text']}{HOSTILE}"
+    release = tmp_path / "r.jsonl"
+    release.write_text("\n".join(json.dumps(r) for r in rows))
+    other = tmp_path / "o.jsonl"
+    other.write_text("\n".join(json.dumps(r) for r in rows[: len(rows) // 2]))
+    commands = {
+        "audit": ("audit", str(release), "--out", str(tmp_path / "audit")),
+        "compare": ("compare", str(release), str(other), "--out", str(tmp_path / "compare")),
+        "verify": ("release", "verify", str(release)),
+        "diff": ("release", "diff", str(release), str(other)),
+        "eval": ("eval", str(release), "--rm", "length", "--out", str(tmp_path / "eval")),
+    }
+    for name, args in commands.items():
+        done = prb(*args, cwd=tmp_path)
+        said = done.stdout + done.stderr
+        assert done.returncode != 70 and "Traceback" not in said, (name, said[-2000:])
+        assert "\x1b" not in said and "\x07" not in said, (name, said[-2000:])
+    for md in tmp_path.rglob("*.md"):
+        text = md.read_text(encoding="utf-8")
+        # a link is live only where its brackets are not escaped
+        assert not re.search(r"(?<!\\)\]\(javascript:", text) and "\x1b" not in text, md
+        assert "<script>" not in text, md
