@@ -66,9 +66,9 @@ def no_model_stages(library: str, per_category: int, out: str) -> None:
     ctx = RunContext(cfg, run_dir)
     t0 = time.monotonic()
     personas = asyncio.run(stage("personas").run(ctx, None))  # as the flow runs them
-    n_personas = len(personas)
+    n_personas = personas.kept
     t1 = time.monotonic()
-    n_tasks = len(asyncio.run(stage("questions").run(ctx, personas)))
+    n_tasks = asyncio.run(stage("questions").run(ctx, personas.output)).kept
     t2 = time.monotonic()
     peak = peak_rss_gib()
     print(

@@ -13,8 +13,8 @@ from pipeline.cli.eval_options import (
     BOOTSTRAP,
     ORACLE,
     SEED,
+    KindsInHelp,
     Target,
-    _KindsInHelp,
     default_eval_dir,
     shared,
 )
@@ -43,7 +43,7 @@ app = typer.Typer(
 )
 
 
-@app.command("score", cls=_KindsInHelp)
+@app.command("score", cls=KindsInHelp)
 @guarded
 @shared
 def score_command(
@@ -73,7 +73,7 @@ def score_command(
     run_eval(target, bootstrap, seed, protocol=protocol, public_prompts=public_prompts, blind=blind)
 
 
-@app.command("bon", cls=_KindsInHelp)
+@app.command("bon", cls=KindsInHelp)
 @guarded
 @shared
 def bon_command(
@@ -95,7 +95,7 @@ def bon_command(
     )  # BoN: only the models asked for, no blind variants
 
 
-@app.command("rl", cls=_KindsInHelp)
+@app.command("rl", cls=KindsInHelp)
 @guarded
 @shared
 def rl_command(

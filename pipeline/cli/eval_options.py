@@ -26,7 +26,7 @@ def default_eval_dir(release: str) -> Path:
     return path.parent / ("eval" if path.is_dir() else f"eval-{path.stem}")
 
 
-class _KindsInHelp(TyperCommand):
+class KindsInHelp(TyperCommand):
     """Lists the reward-model kinds (plugins' included) in `--rm`'s help when the help is
     shown: a plugin loads on first use, never when prb starts."""
 

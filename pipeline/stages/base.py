@@ -44,8 +44,8 @@ class StageReport:
     lost: Counter | None = None
     changed: dict[str, int] = field(default_factory=dict)
     examples: dict[str, str] = field(default_factory=dict)
-    produced: set[str] = field(default_factory=set)
-    keys: list[str] = field(default_factory=list)
+    produced: set[str] | None = None  # None: a stage that makes no model records
+    keys: list[str] | None = None
 
 
 class RunContext:
@@ -99,11 +99,11 @@ class RunContext:
 
     @property
     def produced(self) -> dict[str, set[str]]:
-        return {s.name: r.produced for s, r in self._rows()}
+        return {s.name: r.produced for s, r in self._rows() if r.produced is not None}
 
     @property
     def keys(self) -> dict[str, list[str]]:
-        return {s.name: r.keys for s, r in self._rows()}
+        return {s.name: r.keys for s, r in self._rows() if r.keys is not None}
 
     def read(self, record_type: type[BaseModel]) -> Any:
         """What the latest stage that writes `record_type` handed on (a stage declares it in

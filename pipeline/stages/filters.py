@@ -134,7 +134,7 @@ async def run(ctx: RunContext, pairs: Records) -> Records:
 
     await process_stage(STAGE, pairs, ctx.run_dir, check)
     out = STAGE.outputs(ctx.run_dir, pairs)
-    report = StageReport(out, 0, lost=Counter())
+    report = StageReport(out, 0, lost=Counter(), produced=set(), keys=[])
     for f in out:
         report.produced.add(f.pair.pair_id)
         report.keys.extend(f.calls.values())
