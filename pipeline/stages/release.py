@@ -323,7 +323,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> StageRepo
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return StageReport(final, stats.n, lost=Counter())
+    return StageReport(final, stats.n)
 
 
 STAGE = Stage(
