@@ -1138,3 +1138,30 @@ def test_a_stage_opens_only_the_stage_files_it_declares(tmp_path, sim_url, monke
             f"{w}.jsonl" for w in writers.values()
         }
         assert opened.get(stage.name, set()) <= allowed, (stage.name, opened[stage.name])
+
+
+def test_each_stage_checks_its_own_settings_before_the_first_call(tmp_path, sim_url, monkeypatch):
+    """Issue 49: run/rundir.py checked the pairs stage's strategies, the persona source and the
+    retriever itself. Each stage's `preflight` does now, and the run calls every one before
+    any stage runs: one that refuses its settings stops the build with nothing written."""
+    import dataclasses
+
+    import pipeline.stages as registry
+    from pipeline.errors import PrbError
+
+    assert {s.name for s in registry.stages() if s.preflight} >= {"personas", "questions", "pairs"}
+
+    def refuse(cfg):
+        raise PrbError(f"answer_screen: cannot screen run {cfg.run_id}")
+
+    original = registry.stages()
+    screened = tuple(
+        dataclasses.replace(s, preflight=refuse) if s.name == "filters" else s for s in original
+    )
+    monkeypatch.setattr(registry, "stages", lambda: screened)
+    config = write_config(tmp_path, sim_url, personas={"per_category": 2})
+    with pytest.raises(PrbError, match="answer_screen: cannot screen run demo"):
+        build(config)
+    assert not (tmp_path / "outputs" / "demo" / "personas.jsonl").exists()
+    rundir = (REPO / "pipeline" / "run" / "rundir.py").read_text()
+    assert "strategies" not in rundir and "retriev" not in rundir and ".validate(" not in rundir

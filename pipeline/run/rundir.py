@@ -258,30 +258,19 @@ def check_prompts(cfg: RunConfig) -> None:
         if task not in prompts:
             raise PromptError(f"prompts/{task}.yaml: missing (the build needs it)")
         prompts[task].render(**variables)
-    rejected = prompts[cfg.generation.rejected_prompt]
-    known = rejected.extra.get("strategies", {})
-    unknown = sorted(set(cfg.generation.strategies or ()) - set(known))
-    if not known:
-        raise PromptError(f"{rejected.path}: has no `strategies:` table (name at least one)")
-    if unknown:
-        raise PromptError(
-            f"{rejected.path}: config generation.strategies names {unknown}, "
-            f"which the prompt's strategies table does not define"
-        )
 
 
 def open_run(cfg: RunConfig, *, force_new: bool = False) -> RunLock:
     """Lock the run directory and check it may be (re)used; the caller releases the lock."""
-    from pipeline.personas.sources import source_for
+    from pipeline.stages import stages
 
     run_dir = cfg.run_dir
     lock = RunLock(run_dir).acquire()
     try:
         check_prompts(cfg)
-        source_for(cfg.personas).validate(cfg.personas)
-        from pipeline.retrieval import check as check_retriever
-
-        check_retriever(cfg.profile)  # a dense model that cannot load fails before any call
+        for stage in stages():  # what only a stage knows of its settings, in run order
+            if stage.preflight is not None:
+                stage.preflight(cfg)
         if force_new and has_work(run_dir):
             aside = move_aside(run_dir, cfg.run_dir.parent)
             log.warning("--force-new-run: moved the old run %s aside to %s", run_dir, aside)

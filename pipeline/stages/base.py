@@ -146,6 +146,9 @@ class Stage:
     # a run-level step over all its inputs before any record is processed, sharded or not
     # (filters: the judge's qualification); a shard does not repeat it
     before: Callable[[RunContext, Any], Awaitable[Any]] | None = None
+    # what of a config only this stage can judge, checked before the run's first model call
+    # (its persona source, its retriever, its strategies table); raises PrbError
+    preflight: Callable[[Any], None] | None = None
 
     def prompts(self, cfg=None) -> dict[str, dict]:
         """task -> preflight sample variables, for this config if given."""

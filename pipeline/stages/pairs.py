@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from pipeline.calls import LLMError
 from pipeline.contrast import User, partners
-from pipeline.llm.prompts import load_prompt
+from pipeline.llm.prompts import PromptError, load_prompt
 from pipeline.meter import timed
 from pipeline.realised import echoed, realised
 from pipeline.records import (
@@ -462,6 +462,20 @@ _REWRITE = {
 }
 
 
+def preflight(cfg) -> None:
+    """The rejected prompt's strategies table holds every strategy the config names."""
+    rejected = load_prompt(cfg.generation.rejected_prompt)
+    known = rejected.extra.get("strategies", {})
+    unknown = sorted(set(cfg.generation.strategies or ()) - set(known))
+    if not known:
+        raise PromptError(f"{rejected.path}: has no `strategies:` table (name at least one)")
+    if unknown:
+        raise PromptError(
+            f"{rejected.path}: config generation.strategies names {unknown}, "
+            f"which the prompt's strategies table does not define"
+        )
+
+
 def configured(cfg) -> dict[str, dict]:
     if cfg.generation.design == REWRITE:
         return _REWRITE
@@ -475,6 +489,7 @@ STAGE = Stage(
     output=Pair,
     output_id=lambda p: p.task.task_id,
     run=run,
+    preflight=preflight,
     role="generator",
     tasks=TASKS,
     # first_rejected: the answer the gate had rewritten

@@ -21,6 +21,7 @@ STAGE = Stage(
     output=Persona,
     output_id=lambda p: p.persona_id,
     run=run,
+    preflight=lambda cfg: source_for(cfg.personas).validate(cfg.personas),
     funnel="personas",
     about="personas sampled from the persona library, stratified by category and spread over "
     "preference dimensions (seed {seed}, {per_category} per category)",

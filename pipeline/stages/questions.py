@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator
 from pipeline.config import ProfileConfig
 from pipeline.personas.sources import source_for
 from pipeline.records import Persona, Question, Task, task_id
+from pipeline.retrieval import check as check_retriever
 from pipeline.retrieval import rank
 from pipeline.stages.base import RunContext, Stage, StageReport
 from pipeline.store import Records
@@ -79,6 +80,8 @@ STAGE = Stage(
     output=Task,
     output_id=lambda t: t.task_id,
     run=run,
+    # a dense retriever that cannot load fails before any call
+    preflight=lambda cfg: check_retriever(cfg.profile),
     funnel="questions",
     about="one question per persona: its own question if it has one, else one from the "
     "category's pool{profile_selection}",
