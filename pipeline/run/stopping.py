@@ -10,12 +10,19 @@ prb's back (`inside_flow`) when a prb command installed it.
 
 Once a signal has landed, the process only unwinds: a coroutine the signal cut off between its
 creation and its await (aiohttp's `ClientSession._request`) warns "was never awaited" when it is
-collected, a second line beside prb's one. Both handlers silence warnings first."""
+collected, a second line beside prb's one. Both handlers silence warnings first.
+
+A signal that lands inside a finalizer (aiohttp's `ClientResponse.__del__`) raises where Python
+swallows it ("Exception ignored in …", a traceback, and the build went on): `sys.unraisablehook`
+sees it and delivers the signal again, once the finalizer is done."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
+import threading
 import warnings
 
 from pipeline.errors import Terminated
@@ -33,8 +40,24 @@ def interrupt(*_) -> None:
     raise KeyboardInterrupt
 
 
+def _swallowed(unraisable) -> None:
+    """An exception Python could not raise (one in a `__del__`): a stop is delivered again,
+    anything else is reported as Python would."""
+    stops = {Terminated: signal.SIGTERM, KeyboardInterrupt: signal.SIGINT}
+    sig = next((s for kind, s in stops.items() if issubclass(unraisable.exc_type, kind)), None)
+    if sig is None:
+        sys.__unraisablehook__(unraisable)
+        return
+    # from another thread, a moment later: raised here, it would land in this hook and be
+    # swallowed again (it is tried again if it is)
+    again = threading.Timer(0.01, os.kill, (os.getpid(), sig))
+    again.daemon = True
+    again.start()
+
+
 def exit_on_sigterm() -> None:
     global _installed
+    sys.unraisablehook = _swallowed
     signal.signal(signal.SIGTERM, terminate)
     # and Ctrl-C / kill -INT, even when started from a script that ignores SIGINT (`cmd &`)
     signal.signal(signal.SIGINT, interrupt)
