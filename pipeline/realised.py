@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from pipeline.text import word_count
+from pipeline.text import runs, word_count, words
 
 _NUMBERED = re.compile(r"^\s*(\d+[.)]|step \d+)", re.IGNORECASE)
 _BULLET = re.compile(r"^\s*[-*•]\s+")
@@ -87,17 +87,15 @@ def realised(
     return None
 
 
-_WORD = re.compile(r"[a-z0-9']+")
 ECHO = 6  # words in a row: a rewrite that repeats this much of what it was told echoed it
 
 
 def echoed(text: str, told: list[str]) -> str | None:
     """The first run of ECHO words of an instruction that the text repeats (a 1.5B writes
     "Lay it out as numbered steps in the order to do them" into its answer), or None."""
-    words = _WORD.findall(text.lower())
-    seen = {tuple(words[i : i + ECHO]) for i in range(len(words) - ECHO + 1)}
+    seen = runs(text, ECHO)
     for instruction in told:
-        said = _WORD.findall(instruction.lower())
+        said = [w.lower() for w in words(instruction)]
         for i in range(len(said) - ECHO + 1):
             if tuple(said[i : i + ECHO]) in seen:
                 return " ".join(said[i : i + ECHO])
