@@ -487,35 +487,29 @@ except BaseException as e:
 """
 
 
+def stops_quietly(script: str, sig: str) -> None:
+    """`script` run with prb's signal handlers and `sig` raised where it says: it stops, and
+    prints nothing on stderr."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, sig], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
+    assert done.stdout.strip() in ("Terminated", "KeyboardInterrupt"), done
+    assert done.stderr == "", done.stderr
+
+
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_a_signal_inside_a_finalizer_still_stops_prb_with_nothing_printed(sig):
     """20 runs of the signal tests beside a full suite: in one, SIGTERM landed in aiohttp's
     `ClientResponse.__del__`; Python swallowed prb's `Terminated` ("Exception ignored in", a
     traceback) and the build went on to the filters stage (issue 48)."""
-    done = subprocess.run(
-        [sys.executable, "-c", SIGNAL_IN_A_FINALIZER, sig],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
-    assert done.stdout.strip() in ("Terminated", "KeyboardInterrupt"), done
-    assert done.stderr == "", done.stderr
+    stops_quietly(SIGNAL_IN_A_FINALIZER, sig)
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_a_signal_between_a_coroutines_creation_and_its_await_prints_no_warning(sig):
     """aiohttp's `ClientSession._request` cut off by SIGTERM warned "coroutine ... was never
     awaited" (3 lines beside prb's one: the interrupted demo test's random failure)."""
-    done = subprocess.run(
-        [sys.executable, "-c", SIGNAL_CUTS_A_COROUTINE, sig],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
-    assert done.stdout.strip() in ("Terminated", "KeyboardInterrupt"), done
-    assert done.stderr == "", done.stderr
+    stops_quietly(SIGNAL_CUTS_A_COROUTINE, sig)
 
 
 def test_the_build_flow_keeps_prbs_sigterm_handler_where_a_command_installed_it():
