@@ -14,10 +14,12 @@ import errno
 import ipaddress
 import json
 import logging
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 
@@ -115,23 +117,50 @@ class Drain:
             await inner
 
 
-def serve(app, host: str, port: int, announce: Callable[[], None] | None = None) -> None:
-    """Serve `app` until SIGTERM/SIGINT; `announce` runs once the port is ours."""
+def serve(
+    app,
+    host: str,
+    port: int,
+    announce: Callable[[], None] | None = None,
+    name: str | None = None,
+) -> None:
+    """Serve `app` until SIGTERM/SIGINT; `announce` runs once the port is ours. A server with a
+    `name` (one a user started, not a build's child) says in one line that it stopped; any
+    server says when it answered requests 503."""
     import uvicorn
 
     drain = Drain(app)
 
     class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self):
+            # uvicorn's own raises the signal again at the end of this block, still inside
+            # asyncio's runner, whose SIGINT handler then cancels the app's lifespan with a
+            # traceback: `serve` raises it once the loop is gone
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            stops = (signal.SIGINT, signal.SIGTERM)
+            previous = {sig: signal.signal(sig, self.handle_exit) for sig in stops}
+            try:
+                yield
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+
+        def handle_exit(self, sig, frame) -> None:
+            # a second Ctrl-C would skip the app's shutdown and print its cancellation as a
+            # traceback; the drain ends everything within GRACE_S anyway
+            if not self.should_exit:
+                super().handle_exit(sig, frame)
+
         async def shutdown(self, sockets=None) -> None:
             # answer what still runs half a second before uvicorn's grace ends
             asyncio.get_running_loop().call_later(max(0.0, GRACE_S - 0.5), drain.stop.set)
             await super().shutdown(sockets)
-            if drain.answered:
-                print(
-                    f"stopped: {drain.answered} request(s) still running were answered 503 "
-                    "(Retry-After)",
-                    file=sys.stderr,
-                )
+            line = stop_line(name, self._captured_signals, drain.answered)
+            if line:
+                print(line, file=sys.stderr, flush=True)
 
     sock = bind(host, port)
     if announce is not None:
@@ -139,7 +168,19 @@ def serve(app, host: str, port: int, announce: Callable[[], None] | None = None)
     config = uvicorn.Config(
         drain, log_level="warning", access_log=False, timeout_graceful_shutdown=GRACE_S
     )
-    Server(config).run(sockets=[sock])
+    server = Server(config)
+    server.run(sockets=[sock])
+    for sig in reversed(server._captured_signals):  # what uvicorn would do, outside the loop
+        signal.raise_signal(sig)
+
+
+def stop_line(name: str | None, signals: list[int], answered: int) -> str | None:
+    """What a server says as it stops: by which signal, and what it answered 503."""
+    cut = f": {answered} request(s) still running were answered 503 (Retry-After)"
+    if name is None:
+        return f"stopped{cut}" if answered else None
+    how = f" by {signal.Signals(signals[0]).name}" if signals else ""
+    return f"{name} stopped{how}" + (cut if answered else ": no request was running")
 
 
 def free_port() -> int:

@@ -249,7 +249,7 @@ def _wait_for(url: str, proc: subprocess.Popen, seconds: float = 60) -> None:
 
 
 def _stops_with_requests_in_flight(
-    cmd: list[str], health: str, post: tuple[str, dict], sig: int
+    cmd: list[str], health: str, post: tuple[str, dict], sig: int, name: str
 ) -> float:
     """Seconds from the signal to the exit; and (issue 38) every request in flight got a 503
     with Retry-After, and the server printed one line, no traceback."""
@@ -284,7 +284,8 @@ def _stops_with_requests_in_flight(
     assert all(int(a.headers["retry-after"]) > 0 for a in answers)
     assert "Traceback" not in err and "Cancel" not in err, err
     assert err.strip().splitlines()[-1:] == [
-        "stopped: 3 request(s) still running were answered 503 (Retry-After)"
+        f"{name} stopped by {signal.Signals(sig).name}: 3 request(s) still running were "
+        "answered 503 (Retry-After)"
     ], err
     return took
 
@@ -300,6 +301,7 @@ def test_sim_server_stops_within_5s_with_requests_in_flight(sig):
         f"http://127.0.0.1:{port}/health",
         (f"http://127.0.0.1:{port}/v1/chat/completions", CHAT),
         sig,
+        "the simulator",
     )
     assert took < 5
 
@@ -314,6 +316,7 @@ def test_reward_server_stops_within_5s_with_requests_in_flight(tmp_path, sim_fac
         f"http://127.0.0.1:{port}/health",
         (f"http://127.0.0.1:{port}/score", {"items": [item]}),
         signal.SIGTERM,
+        "the reward server",
     )
     assert took < 5
 

@@ -431,3 +431,53 @@ def test_every_command_reading_a_release_shows_its_foreign_text_inert(tmp_path):
         # a link is live only where its brackets are not escaped
         assert not re.search(r"(?<!\\)\]\(javascript:", text) and "\x1b" not in text, md
         assert "<script>" not in text, md
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "signals"),
+    [
+        (["sim-server"], "the simulator", ["SIGTERM"]),
+        (["sim-server"], "the simulator", ["SIGINT", "SIGINT"]),  # an impatient Ctrl-C
+        (["reward-server", "--rm", "length"], "the reward server", ["SIGINT"]),
+    ],
+)
+def test_an_idle_server_says_in_one_line_that_it_stopped(command, name, signals):
+    """A server stopped with nothing in flight printed nothing, and a second Ctrl-C printed
+    the app's cancelled lifespan as a traceback (issue 48)."""
+    import signal
+    import subprocess
+    import sys
+
+    import httpx
+    from conftest import prefect_env
+
+    from pipeline.serving import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline.cli", *command, "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=prefect_env(),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        for sig in signals:
+            proc.send_signal(getattr(signal, sig))
+            time.sleep(0.05)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert err.strip().splitlines() == [f"{name} stopped by {signals[0]}: no request was running"]
+    number = getattr(signal, signals[0])
+    assert proc.returncode in (128 + number, -number), err  # a shell shows both as 128 + n

@@ -279,7 +279,8 @@ def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():
         assert isinstance(answer, httpx.Response), answer
         assert answer.status_code == 503 and answer.headers["retry-after"], answer.text
         assert err.strip().splitlines() == [
-            "stopped: 1 request(s) still running were answered 503 (Retry-After)"
+            "the local model server stopped by SIGTERM: 1 request(s) still running were "
+            "answered 503 (Retry-After)"
         ], err
         time.sleep(0.5)
         assert not [c for c in _cmdlines() if "local_server" in c and str(port) in c]

@@ -74,8 +74,10 @@ def sim_server(ctx: typer.Context):
 
     from pipeline.sim.server import main
 
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C stops a server: its drain line says so
-        main(ctx.args)  # one option parser for the simulator, shared with `python -m pipeline.sim`
+    # one option parser for the simulator, shared with `python -m pipeline.sim`; Ctrl-C stops a
+    # server, and its stop line says so
+    with contextlib.suppress(KeyboardInterrupt):
+        main(ctx.args, name="the simulator")
         return
     raise typer.Exit(130)
 

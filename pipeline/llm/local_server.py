@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> None:
         server_settings=server, model_settings=[parse_model_from_args(ModelSettings, args)]
     )
     try:
-        serving.serve(app, server.host, server.port)
+        serving.serve(app, server.host, server.port, name="the local model server")
     except PrbError as e:  # the port taken since `prb local-model serve` checked it
         sys.exit(f"error: {e}")
 

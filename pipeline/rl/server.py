@@ -181,7 +181,7 @@ def serve(
     from pipeline import serving
 
     app = make_app(lambda: Scorer(spec, cfg, context), concurrency, max_items)
-    serving.serve(app, host, port, announce)
+    serving.serve(app, host, port, announce, name="the reward server")
 
 
 class Background:

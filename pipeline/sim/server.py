@@ -422,10 +422,12 @@ OPTION_FLAGS = {
 }
 
 
-def serve(port: int, opts: SimOptions, host: str = "127.0.0.1", announce=None) -> None:
+def serve(
+    port: int, opts: SimOptions, host: str = "127.0.0.1", announce=None, name: str | None = None
+) -> None:
     from pipeline import serving
 
-    serving.serve(create_app(opts), host, port, announce)
+    serving.serve(create_app(opts), host, port, announce, name)
 
 
 @contextlib.contextmanager
@@ -494,7 +496,9 @@ def arguments() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, name: str | None = None) -> None:
+    """The simulator's command line; `name`: a server a user started, which says it stopped
+    (a build's child stays quiet)."""
     ap = arguments()
     args = ap.parse_args(argv)
     args.port = args.port or free_port()  # 0: a free port, and the announcement names it
@@ -508,6 +512,7 @@ def main(argv: list[str] | None = None) -> None:
             args.port,
             opts,
             announce=lambda: print(f"prb simulator on http://127.0.0.1:{args.port}/v1", flush=True),
+            name=name,
         )
     except PortInUse as e:
         print(f"error: {e}", file=sys.stderr)
