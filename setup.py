@@ -19,8 +19,12 @@ class BuildWithData(build_py):
         root = Path(__file__).resolve().parent
         target = Path(self.build_lib) / "pipeline" / "_data"
         for name in BUNDLED:
-            shutil.copytree(root / name, target / name, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            shutil.copytree(
+                root / name,
+                target / name,
+                dirs_exist_ok=True,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+            )
 
 
 setup(cmdclass={"build_py": BuildWithData})
