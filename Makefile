@@ -17,7 +17,10 @@ export HF_HUB_OFFLINE := 1
 LLAMA_CMAKE := -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON \
 	-DGGML_F16C=ON -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF
 
-.PHONY: demo demo-local test lint install clean record-real
+LLAMA_SERVER := $(VENV)/bin/llama-server
+LLAMA_SRC := $(VENV)/src/llama
+
+.PHONY: demo demo-local test lint install clean record-real llama-server
 
 $(BASE): pyproject.toml requirements.lock
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +42,25 @@ $(QWEN): $(LOCAL)
 	$(PY) -m pip install -q --no-deps -c requirements.lock $(QWEN_PARTS)
 	$(VENV)/bin/prb local-model assemble --model qwen2.5-1.5b
 	touch $(QWEN)
+
+# llama.cpp's own server: several sequences decoded together (parallel slots), 1.6-2x the
+# generated tokens/s of llama-cpp-python's one-at-a-time server on 2 cores (bench/README.md,
+# "Parallel slots"). Compiled from the llama.cpp inside the pinned llama-cpp-python sdist
+# (~10 min on 2 cores); `prb demo --local` and `prb local-model serve` use it when it is there
+llama-server: $(LLAMA_SERVER)
+
+$(LLAMA_SERVER): $(BASE) requirements.lock
+	rm -rf $(LLAMA_SRC) && mkdir -p $(LLAMA_SRC)
+	$(PY) -m pip install -q -c requirements.lock cmake
+	$(PY) -m pip download -q --no-binary :all: --no-deps -c requirements.lock -d $(LLAMA_SRC) \
+		llama-cpp-python
+	tar -xzf $(LLAMA_SRC)/llama_cpp_python-*.tar.gz -C $(LLAMA_SRC)
+	$(VENV)/bin/cmake -S $(LLAMA_SRC)/llama_cpp_python-*/vendor/llama.cpp -B $(LLAMA_SRC)/build \
+		$(filter-out -DLLAVA_BUILD=OFF,$(LLAMA_CMAKE)) -DCMAKE_BUILD_TYPE=Release \
+		-DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_SERVER=ON -DLLAMA_BUILD_MTMD=OFF
+	$(VENV)/bin/cmake --build $(LLAMA_SRC)/build --target llama-server -j$$(nproc)
+	cp $(LLAMA_SRC)/build/bin/llama-server $(LLAMA_SERVER)
+	rm -rf $(LLAMA_SRC)
 
 install: $(FULL) $(LOCAL) $(QWEN)
 

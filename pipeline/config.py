@@ -296,6 +296,7 @@ EXECUTION_ONLY = (
     "model.local",
     "model.local_threads",
     "model.local_batch_threads",
+    "model.local_slots",
     "model.replay",
     "model.context_window",  # the build's judges cut nothing: an overlong prompt fails either way
     "rl",

@@ -198,13 +198,22 @@ def subprocess_server(
     error: type[Exception] = RuntimeError,
     startup_timeout: float = 30.0,
     quiet: bool = False,
+    own_session: bool = False,
 ):
     """Run `cmd` for the block, from the moment `health_url` answers 200 (the simulator, the
     local model). `quiet`: its output goes to a temporary file, never a pipe nobody reads (a
-    full pipe would stall the server), and an exit at startup quotes its last line."""
+    full pipe would stall the server), and an exit at startup quotes its last line.
+    `own_session`: the terminal's Ctrl-C reaches only us (who stop it at the block's end), and
+    it dies with us even when we are killed."""
     with contextlib.ExitStack() as stack:
         log = stack.enter_context(tempfile.TemporaryFile("w+")) if quiet else None
-        proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=log,
+            start_new_session=own_session,
+            preexec_fn=_die_with_parent if own_session else None,
+        )
         stack.callback(_stop, proc)
         deadline = time.monotonic() + startup_timeout
         while True:
@@ -226,6 +235,14 @@ def subprocess_server(
                 raise error(f"{name} did not answer on {health_url} in {startup_timeout:g}s")
             time.sleep(0.1)
         yield proc
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies (Linux's PR_SET_PDEATHSIG)."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
 
 
 def _stop(proc: subprocess.Popen) -> None:

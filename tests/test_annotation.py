@@ -61,6 +61,14 @@ def run_copy(built, tmp_path, sim_url):
     return tmp_path / "outputs" / run_id, config
 
 
+def filters(run_dir):
+    """The run's filter stage file, found as `prb annotate export` finds it."""
+    from pipeline.records import FilterRecord
+    from pipeline.stages import written
+
+    return written(FilterRecord, run_dir)
+
+
 def cfg(**changes) -> AnnotationConfig:
     return AnnotationConfig(
         **{"batch_size": 3, "gold_per_batch": 2, "repeats_per_batch": 1, **changes}
@@ -206,7 +214,7 @@ def ls_result(values: dict) -> list[dict]:
 @pytest.mark.parametrize("fmt", ["csv", "label_studio", "argilla"])
 def test_round_trip_gives_verdicts(run_copy, tmp_path, fmt):
     run_dir, _ = run_copy
-    s = export(run_dir, "r", cfg(), annotators=3, pool=ANNOTATORS)
+    s = export(filters(run_dir), "r", cfg(), annotators=3, pool=ANNOTATORS)
     key = load_key(run_dir)
     assert s.pairs == len({i.pair_id for i in key.items if i.kind == "pair"}) >= 4
     files = write_labels(run_dir, fmt, tmp_path)
@@ -257,7 +265,7 @@ def test_agreement_matches_hand_computation(run_copy, tmp_path):
         u4    r 1    r 2    c 4
     """
     run_dir, _ = run_copy
-    export(run_dir, "r", cfg(batch_size=50), annotators=3, pool=ANNOTATORS)
+    export(filters(run_dir), "r", cfg(batch_size=50), annotators=3, pool=ANNOTATORS)
     key = load_key(run_dir)
     units = sorted((i for i in key.items if i.kind == "pair"), key=lambda i: i.pair_id)[:4]
     table = {"ann-1": [5, 5, 4, 1], "ann-2": [5, 4, 3, 2], "ann-3": [4, 2, 3, 4]}
@@ -319,7 +327,7 @@ def test_agreement_matches_hand_computation(run_copy, tmp_path):
 
 def test_key_never_reaches_annotator_files(run_copy):
     run_dir, _ = run_copy
-    export(run_dir, "r", cfg(), annotators=2, pool=ANNOTATORS)
+    export(filters(run_dir), "r", cfg(), annotators=2, pool=ANNOTATORS)
     key = load_key(run_dir)
     facing = [p for p in batches_dir(run_dir).rglob("*") if p.is_file()]
     assert key_path(run_dir) not in facing and not key_path(run_dir).is_relative_to(
@@ -347,7 +355,7 @@ def test_key_never_reaches_annotator_files(run_copy):
     # A/B really is shuffled; the same export seed gives the same layout, and a new export
     # gets a new export id and item ids that share nothing with the old ones
     assert {i.a_is for i in key.items if i.kind == "pair"} == {"chosen", "rejected"}
-    export(run_dir, "r", cfg(), annotators=2, pool=ANNOTATORS, force=True)
+    export(filters(run_dir), "r", cfg(), annotators=2, pool=ANNOTATORS, force=True)
     again = load_key(run_dir)
 
     def layout(k):
@@ -396,7 +404,7 @@ def _set(i, **kv):
 )
 def test_bad_file_rejected_whole(run_copy, tmp_path, change, message):
     run_dir, _ = run_copy
-    export(run_dir, "r", cfg(), annotators=1, pool=ANNOTATORS)
+    export(filters(run_dir), "r", cfg(), annotators=1, pool=ANNOTATORS)
     path = bad_csv(run_dir, tmp_path, change)
     with pytest.raises(AnnotationError) as err:
         import_labels(run_dir, [path])
@@ -406,7 +414,7 @@ def test_bad_file_rejected_whole(run_copy, tmp_path, change, message):
 
 def test_reason_required_unless_tie_and_wrong_batch_in_json(run_copy, tmp_path):
     run_dir, _ = run_copy
-    export(run_dir, "r", cfg(), annotators=1, pool=ANNOTATORS)
+    export(filters(run_dir), "r", cfg(), annotators=1, pool=ANNOTATORS)
     key = load_key(run_dir)
     target = next(i for i in key.items if i.kind == "pair")
 
@@ -531,7 +539,7 @@ def test_labels_of_another_run_are_refused(built, tmp_path):
     for name in ("a", "b"):
         shutil.copytree(outputs, tmp_path / name / "outputs")
         runs[name] = tmp_path / name / "outputs" / run_id
-        export(runs[name], run_id, cfg(), annotators=2, pool=ANNOTATORS)
+        export(filters(runs[name]), run_id, cfg(), annotators=2, pool=ANNOTATORS)
     key_a, key_b = load_key(runs["a"]), load_key(runs["b"])
     assert key_a.export_id != key_b.export_id
     assert not {i.item_id for i in key_a.items} & {i.item_id for i in key_b.items}
@@ -567,7 +575,7 @@ def test_labels_of_another_run_are_refused(built, tmp_path):
 
 def test_labels_from_an_annotator_not_assigned_to_the_batch_are_refused(run_copy, tmp_path):
     run_dir, _ = run_copy
-    export(run_dir, "r", cfg(), annotators=1, pool=["ann-1", "ann-2"])
+    export(filters(run_dir), "r", cfg(), annotators=1, pool=["ann-1", "ann-2"])
     key = load_key(run_dir)
     first_batch = next(iter(key.assignments))
     assert key.assignments[first_batch] == ["ann-1"]
@@ -588,7 +596,7 @@ def test_labels_from_an_annotator_not_assigned_to_the_batch_are_refused(run_copy
 def test_unsafe_annotator_ids_are_refused(run_copy):
     run_dir, _ = run_copy
     with pytest.raises(AnnotationError, match=r"annotator id '\.\./x' is not a safe name"):
-        export(run_dir, "r", cfg(), annotators=1, pool=["../x"])
+        export(filters(run_dir), "r", cfg(), annotators=1, pool=["../x"])
     assert not (run_dir.parent / "x.csv").exists() and not key_path(run_dir).exists()
 
 
@@ -599,7 +607,7 @@ def test_imports_started_together_all_count(run_copy, tmp_path):
     import sys
 
     run_dir, _ = run_copy
-    export(run_dir, "r", cfg(batch_size=2), annotators=3, pool=ANNOTATORS)
+    export(filters(run_dir), "r", cfg(batch_size=2), annotators=3, pool=ANNOTATORS)
     files = []
     for a in ANNOTATORS:
         files += write_labels(run_dir, "csv", tmp_path / a, who={a: BEHAVIOUR[a]})
@@ -633,7 +641,7 @@ def test_more_gold_items_than_pairs_in_a_batch_is_refused(run_copy):
     from pipeline.annotation.export import kept_pairs, plan
 
     run_dir, _ = run_copy
-    pairs = kept_pairs(run_dir)
+    pairs = kept_pairs(filters(run_dir))
     with pytest.raises(
         AnnotationError, match=f"--gold 1000: more gold items than the {len(pairs)}"
     ):

@@ -54,14 +54,14 @@ def test_an_annotators_reason_with_line_breaks_imports_unchanged(tmp_path, sim_u
     """Excel's Alt+Enter puts a line break inside a cell; U+2028 used to be refused with a
     message about another export, LF to be imported as "line oneline two"."""
     from test_annotation import cfg as annotation_cfg
-    from test_annotation import truthful
+    from test_annotation import filters, truthful
 
     from pipeline.annotation.export import export
     from pipeline.annotation.importer import import_labels
     from pipeline.annotation.layout import CSV_COLUMNS, batches_dir, load_key, load_labels
 
     run_dir = _annotation_run(tmp_path, sim_url)
-    export(run_dir, "demo", annotation_cfg(), 1, ["ann-1"])
+    export(filters(run_dir), "demo", annotation_cfg(), 1, ["ann-1"])
     key = load_key(run_dir)
     reason = 'line one\nline two\r\nthree\u2028four\u2029five\u0085six =HYPERLINK("x")'
     sheet = next(batches_dir(run_dir).glob("*/ann-1.csv"))

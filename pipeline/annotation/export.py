@@ -36,7 +36,7 @@ from pipeline.annotation.layout import (
 from pipeline.config import AnnotationConfig
 from pipeline.errors import PrbError, safe_name
 from pipeline.paths import DATA
-from pipeline.records import AnnotationKey, AnnotationKeyItem, FilterRecord, Pair, stable_id
+from pipeline.records import AnnotationKey, AnnotationKeyItem, Pair, stable_id
 from pipeline.store import StageFile, latest
 
 CONFIG_FILES = ("GUIDELINES.md", "label_studio.xml", "argilla_settings.json")
@@ -54,8 +54,9 @@ class ExportSummary:
     key_path: Path
 
 
-def kept_pairs(run_dir: Path) -> list[Pair]:
-    filters = StageFile(run_dir, "filters", FilterRecord)
+def kept_pairs(filters: StageFile) -> list[Pair]:
+    """The pairs the filters kept, from the filter stage's file (the caller finds it: see
+    `stages.written`)."""
     if not filters.exists():
         raise AnnotationError(f"{filters.path}: no filters stage file; build the run first")
     current = latest(filters.read(), lambda f: f.pair.pair_id)  # a retried pair's last verdict
@@ -208,19 +209,21 @@ def csv_sheet(
 
 
 def export(
-    run_dir: Path,
+    filters: StageFile,
     run_id: str,
     cfg: AnnotationConfig,
     annotators: int,
     pool: list[str] | None = None,
     force: bool = False,
 ) -> ExportSummary:
-    run_dir = Path(run_dir)
+    """Export the pairs `filters` (a run's filter stage file) kept; the batches and the key go
+    in that run's folder."""
+    run_dir = filters.path.parent
     with labels_lock(run_dir):  # no import may add labels while the export is replaced
-        return _export(run_dir, run_id, cfg, annotators, pool, force)
+        return _export(run_dir, filters, run_id, cfg, annotators, pool, force)
 
 
-def _export(run_dir, run_id, cfg, annotators, pool, force) -> ExportSummary:
+def _export(run_dir, filters, run_id, cfg, annotators, pool, force) -> ExportSummary:
     if labels_path(run_dir).exists() and labels_path(run_dir).stat().st_size:
         raise AnnotationError(
             f"{labels_path(run_dir)}: labels were already imported for this export; "
@@ -236,7 +239,7 @@ def _export(run_dir, run_id, cfg, annotators, pool, force) -> ExportSummary:
             raise AnnotationError(f"--pool: {e}") from None
     if len(set(pool)) != len(pool):
         raise AnnotationError(f"--pool: an annotator id is listed twice: {', '.join(pool)}")
-    pairs = kept_pairs(run_dir)
+    pairs = kept_pairs(filters)
     key = plan(pairs, run_id, cfg, annotators, pool, export_id=f"e{secrets.token_hex(6)}")
     by_id = {p.pair_id: p for p in pairs}
 

@@ -73,6 +73,8 @@ def annotate_export(
 ):
     """Write blinded batches (Label Studio, Argilla, CSV) and the private key."""
     from pipeline.annotation.export import export
+    from pipeline.records import FilterRecord
+    from pipeline.stages import written
 
     run_dir, run_id, cfg = annotation_run(
         run,
@@ -84,7 +86,7 @@ def annotate_export(
         annotators=annotators,
     )
     ids = [p.strip() for p in pool.split(",") if p.strip()] if pool else None
-    s = export(run_dir, run_id, cfg, cfg.annotators, ids, force=force)
+    s = export(written(FilterRecord, run_dir), run_id, cfg, cfg.annotators, ids, force=force)
     console.print(
         f"{s.batches} batch(es), {s.items} items: {s.pairs} pairs, {s.gold} gold, "
         f"{s.repeats} repeats; annotators: {', '.join(s.annotators)}"

@@ -170,12 +170,13 @@ def demo(
     if local:
         from pipeline.llm import local as served
 
-        model = cfg.model
-        with served.running(
-            model.local, threads=model.local_threads, batch_threads=model.local_batch_threads
-        ) as (url, alias, digest):
-            console.print(f"local model {alias} on {url} (weights sha256 {digest})")
-            result = run_build(config, given | served.overrides(url, alias, digest), resume=AGAIN)
+        m, slots = cfg.model, cfg.model.local_slots or served.default_slots()
+        threads = {"threads": m.local_threads, "batch_threads": m.local_batch_threads}
+        with served.running(m.local, slots=slots, **threads) as (url, alias, digest):
+            console.print(f"local model {alias} on {url} (sha256 {digest}; {slots} slot(s))")
+            result = run_build(
+                config, given | served.overrides(url, alias, digest, slots), resume=AGAIN
+            )
     else:
         from pipeline.run.rundir import FingerprintError
         from pipeline.sim.server import running

@@ -26,6 +26,13 @@ def local_serve(
     batch_threads: int = typer.Option(
         None, min=1, max=256, help="CPU threads for prompts (default: up to 2)."
     ),
+    parallel: int = typer.Option(
+        None,
+        min=1,
+        max=64,
+        help="Sequences decoded together (llama.cpp's llama-server; default: 4 when "
+        "`make llama-server` built it, else 1 through llama-cpp-python).",
+    ),
 ):
     """Serve a bundled real model (Qwen2.5-Coder-1.5B-Instruct or SmolLM2-135M-Instruct, from
     the packages `make demo-local` installs) as an OpenAI-compatible endpoint on 127.0.0.1,
@@ -37,15 +44,20 @@ def local_serve(
 
     path, digest, _ = local_model.weights(model)
     alias = local_model.model_id(path, digest)
+    slots = parallel or local_model.default_slots()
     serving.port_free("127.0.0.1", port)
-    proc = subprocess.Popen(local_model.command(path, port, alias, threads, batch_threads))
-    console.print(f"serving {alias} on http://127.0.0.1:{port}/v1 (weights sha256 {digest})")
+    cmd = local_model.command(path, port, alias, threads, batch_threads, slots)
+    proc = subprocess.Popen(cmd)
+    console.print(
+        f"serving {alias} on http://127.0.0.1:{port}/v1 (weights sha256 {digest}; {slots} slot(s))"
+    )
     console.print(
         f"use it with: model.base_url http://127.0.0.1:{port}/v1, generator and judge {alias}, "
-        "structured_output json_object_schema, concurrency 1",
+        f"structured_output json_object_schema, concurrency {slots}",
         soft_wrap=True,
     )
-    raise typer.Exit(local_model.supervise(proc, serving.GRACE_S))
+    # the server's own drain, then the time to stop llama-server behind it
+    raise typer.Exit(local_model.supervise(proc, serving.GRACE_S + 3))
 
 
 @local_app.command("assemble")

@@ -37,6 +37,7 @@ from pipeline.errors import PrbError
 THREADS = 1  # generation: survives a busy core (see the module docstring)
 BATCH_THREADS = min(2, os.cpu_count() or 1)  # prompts: as fast as one thread on a busy machine
 CONTEXT = 4096  # tokens: a planner prompt with a long profile needs more than the default 2048
+SLOTS = 4  # sequences llama.cpp's server decodes together (bench/local_parallel.py)
 
 
 class LocalModelError(PrbError):
@@ -203,19 +204,61 @@ def model_id(path: Path, digest: str) -> str:
     return f"{path.stem}@{digest[:12]}"
 
 
+def llama_server() -> Path | None:
+    """llama.cpp's own server binary: $PRB_LLAMA_SERVER, else the one `make llama-server`
+    builds into the environment, else one on PATH; None when there is none (or
+    PRB_LLAMA_SERVER=none: llama-cpp-python's server, one request at a time)."""
+    import shutil
+
+    given = os.environ.get("PRB_LLAMA_SERVER")
+    if given == "none":
+        return None
+    if given:
+        if not os.access(given, os.X_OK):
+            raise LocalModelError(f"PRB_LLAMA_SERVER={given}: not an executable file")
+        return Path(given)
+    built = Path(sys.prefix) / "bin" / "llama-server"
+    found = built if built.exists() else shutil.which("llama-server")
+    return Path(found) if found else None
+
+
+def default_slots() -> int:
+    """Parallel sequences when none are asked for: SLOTS with llama.cpp's server, else 1."""
+    return SLOTS if llama_server() else 1
+
+
 def command(
-    path: Path, port: int, alias: str, threads: int | None = None, batch_threads: int | None = None
+    path: Path,
+    port: int,
+    alias: str,
+    threads: int | None = None,
+    batch_threads: int | None = None,
+    slots: int = 1,
 ) -> list[str]:
-    try:
-        import llama_cpp.server  # noqa: F401  (the `local` extra)
-    except ImportError as e:
+    """The local server's command line: llama.cpp's own server with `slots` sequences decoded
+    together where it is built (faster than llama-cpp-python's even with one), else
+    llama-cpp-python's server, one request at a time."""
+    binary = llama_server()
+    if binary is None and slots > 1:
         raise LocalModelError(
-            f"llama-cpp-python's server is not installed ({e}): `make demo-local` installs it"
-        ) from None
+            f"{slots} parallel slots need llama.cpp's llama-server: `make llama-server` "
+            "builds it (or set PRB_LLAMA_SERVER to one)"
+        )
+    if binary is not None:
+        runtime = ["--llama-server", str(binary), "--parallel", str(slots)]
+    else:
+        try:
+            import llama_cpp.server  # noqa: F401  (the `local` extra)
+        except ImportError as e:
+            raise LocalModelError(
+                f"llama-cpp-python's server is not installed ({e}): `make demo-local` installs it"
+            ) from None
+        runtime = []
     return [
         sys.executable,
         "-m",
-        "pipeline.llm.local_server",  # llama_cpp.server with prb's drain at shutdown
+        "pipeline.llm.local_server",  # the server with prb's drain at shutdown
+        *runtime,
         "--model",
         str(path),
         "--host",
@@ -230,8 +273,7 @@ def command(
         str(CONTEXT),
         "--model_alias",
         alias,
-        "--verbose",
-        "False",
+        *([] if binary else ["--verbose", "False"]),
     ]
 
 
@@ -242,6 +284,7 @@ def running(
     startup_timeout: float = 180.0,
     threads: int | None = None,
     batch_threads: int | None = None,
+    slots: int = 1,
 ):
     """Serve a local model in a subprocess on a free loopback port; yields
     (base URL, model id, weights SHA-256)."""
@@ -252,7 +295,7 @@ def running(
     port = port or free_port()
     base = f"http://127.0.0.1:{port}/v1"
     with subprocess_server(
-        command(path, port, alias, threads, batch_threads),
+        command(path, port, alias, threads, batch_threads, slots),
         f"{base}/models",
         f"the local model server ({m.name})",
         error=LocalModelError,
@@ -288,15 +331,16 @@ def supervise(proc: subprocess.Popen, grace: float) -> int:
     return 128 + signum[0] if signum else proc.returncode
 
 
-def overrides(base_url: str, alias: str, digest: str) -> dict:
-    """Config overrides that point a build at the running local model."""
+def overrides(base_url: str, alias: str, digest: str, slots: int = 1) -> dict:
+    """Config overrides that point a build at the running local model (as many requests in
+    flight as it has slots: more would only queue at the server)."""
     return {
         "model__base_url": base_url,
         "model__generator": alias,
         "model__judge": alias,
         "model__weights_sha256": digest,
         "model__structured_output": "json_object_schema",
-        "model__concurrency": 1,  # one llama.cpp slot: requests queue at the server anyway
+        "model__concurrency": slots,
         "model__context_window": CONTEXT,  # its server does not say it: prompts fit this
         "simulated": False,
     }

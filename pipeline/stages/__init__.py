@@ -23,6 +23,7 @@ from pipeline.stages.base import (
     process_stage,
     prompt_tasks,
 )
+from pipeline.store import StageFile
 
 # name -> its module's STAGE, in the order they run; another package adds one as an entry
 # point of `prb.stages` (a Stage naming the stage it runs `after`)
@@ -60,6 +61,13 @@ def __getattr__(name: str):  # `STAGES`: assembled on first use
 
 def stage(name: str) -> Stage:
     return next(s for s in stages() if s.name == name)
+
+
+def written(record_type: type, run_dir) -> StageFile:
+    """The stage file of the last stage that writes `record_type` (for tools that read a
+    finished run, like the annotation export, without naming a stage's file)."""
+    writer = [s for s in stages() if s.output is record_type][-1]
+    return writer.file(run_dir)
 
 
 def model_stages() -> tuple[Stage, ...]:
