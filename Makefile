@@ -43,10 +43,11 @@ $(QWEN): $(LOCAL)
 	$(VENV)/bin/prb local-model assemble --model qwen2.5-1.5b
 	touch $(QWEN)
 
-# llama.cpp's own server: several sequences decoded together (parallel slots), 1.6-2x the
-# generated tokens/s of llama-cpp-python's one-at-a-time server on 2 cores (bench/README.md,
-# "Parallel slots"). Compiled from the llama.cpp inside the pinned llama-cpp-python sdist
-# (~10 min on 2 cores); `prb demo --local` and `prb local-model serve` use it when it is there
+# llama.cpp's own server: 1.25x the tokens/s of llama-cpp-python's on prb's requests, a prompt
+# cache, and parallel slots (`--parallel N`: 1.11x at 4 on 2 cores; more where there are
+# cores or a GPU). bench/README.md, "local_parallel.py". Compiled from the llama.cpp inside the
+# pinned llama-cpp-python sdist (~10 min on 2 cores); `prb demo --local` and `prb local-model
+# serve` use it when it is there
 llama-server: $(LLAMA_SERVER)
 
 $(LLAMA_SERVER): $(BASE) requirements.lock

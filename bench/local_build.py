@@ -2,7 +2,7 @@
 server with parallel slots: wall time, released pairs per hour, calls, and the share of prompt
 tokens the server's prompt cache served.
 
-    .venv/bin/python bench/local_build.py --server PATH/llama-server [--slots 0 1 4] \\
+    .venv/bin/python bench/local_build.py [--server PATH/llama-server] [--slots 0 1 4] \\
         [--config configs/real-fit.yaml] [--per-category 8]
 
 Each build runs `prb demo --local` on a copy of the config with fewer users (every build from
@@ -24,12 +24,15 @@ from pathlib import Path
 
 import yaml
 
+from pipeline.llm import local
+
 REPO = Path(__file__).resolve().parent.parent
 
 
-def build(config: Path, per_category: int, slots: int, server: str, folder: Path) -> dict:
-    data = yaml.safe_load(config.read_text())
-    data["personas"]["per_category"] = per_category
+def build(args: argparse.Namespace, slots: int, server: str, folder: Path) -> dict:
+    data = yaml.safe_load(args.config.read_text())
+    data["personas"]["per_category"] = args.per_category
+    data["model"]["local"] = args.model or data["model"]["local"]
     data["outputs_dir"] = str(folder / "outputs")
     data["model"]["local_slots"] = max(slots, 1)
     data.get("filters", {}).pop("artifact_min_pairs", None)  # a small build has few pairs
@@ -66,16 +69,21 @@ def build(config: Path, per_category: int, slots: int, server: str, folder: Path
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--server", required=True, help="llama.cpp's llama-server binary")
+    ap.add_argument("--server", help="llama.cpp's llama-server binary (default: the one prb finds)")
+    ap.add_argument("--model", help="model.local for every build (default: the config's)")
     ap.add_argument("--slots", type=int, nargs="*", default=[0, 1, 4])
     ap.add_argument("--config", type=Path, default=REPO / "configs" / "real-fit.yaml")
     ap.add_argument("--per-category", type=int, default=8)
     args = ap.parse_args()
     print(f"{args.config.name}, per_category {args.per_category}", flush=True)
     print(f"{'slots':>5} {'wall min':>8} {'released':>8} {'pairs/h':>8} {'calls':>6} {'cached':>7}")
+    server = args.server or local.llama_server()
+    if server is None and any(args.slots):
+        print("llama-server is not built (`make llama-server`): llama-cpp-python's build only")
+        args.slots = [0]
     for slots in args.slots:
         with tempfile.TemporaryDirectory(prefix="prb-local-build-") as tmp:
-            got = build(args.config, args.per_category, slots, args.server, Path(tmp))
+            got = build(args, slots, str(server), Path(tmp))
         share = got["cached"] / got["prompt"] if got["prompt"] else 0.0
         print(
             f"{slots:>5} {got['wall'] / 60:>8.1f} {got['released']:>8} "

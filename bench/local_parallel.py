@@ -1,7 +1,7 @@
 """The local model with several sequences decoded together (llama.cpp's server, parallel slots)
 against today's one-at-a-time server, on the requests a real build sends.
 
-    .venv/bin/python bench/local_parallel.py --server PATH/llama-server [--parallel 1 2 4 8]
+    .venv/bin/python bench/local_parallel.py [--server PATH/llama-server] [--parallel 1 2 4 8]
 
 The requests are the first `--requests` recorded in a replay fixture (default: real-fit's, in
 the order the build sent them: base answers, rewrites, judges), with their own messages and
@@ -108,7 +108,7 @@ def row(name: str, slots: int, busy: bool, got: dict, n: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--server", required=True, help="llama.cpp's llama-server binary")
+    ap.add_argument("--server", help="llama.cpp's llama-server binary (default: the one prb finds)")
     ap.add_argument("--parallel", type=int, nargs="*", default=[1, 2, 4, 8])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--requests", type=int, default=8)
@@ -116,6 +116,10 @@ def main() -> None:
     ap.add_argument("--model", default=local.DEFAULT)
     ap.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True)
     args = ap.parse_args()
+    server = args.server or local.llama_server()
+    if server is None:  # `make llama-server` not run: today's server alone
+        print("llama-server is not built (`make llama-server`): llama-cpp-python's row only")
+        args.parallel = []
     items = recorded(args.fixture, args.requests)
     path, digest, _ = local.weights(args.model)
     alias = local.model_id(path, digest)
@@ -137,7 +141,7 @@ def main() -> None:
                     args.model, port=port, threads=args.threads, batch_threads=args.threads
                 )
             else:
-                cmd = llama_server(args.server, path, port, alias, parallel, args.threads)
+                cmd = llama_server(str(server), path, port, alias, parallel, args.threads)
                 server = subprocess_server(
                     cmd, f"http://127.0.0.1:{port}/health", name, startup_timeout=180, quiet=True
                 )

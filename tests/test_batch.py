@@ -155,3 +155,27 @@ def test_a_cut_off_refused_or_garbled_batch_answer_is_not_cached_but_its_tokens_
     assert stored == {"stop": 1, "length": 0, "content_filter": 0, "garbled": 0}
     assert [cache.get(key) is not None for key in cases.values()] == [True, False, False, False]
     cache.close()
+
+
+def test_a_batch_the_service_cannot_read_fails_with_its_reason(tmp_path, sim_url):
+    """Issue 48: the simulator's batch task died on an unreadable input file without a word and
+    left the batch `in_progress` forever (the client polling on); it fails the batch with the
+    line that broke it, as OpenAI's service does."""
+    import time
+
+    from openai import OpenAI
+
+    good = {"custom_id": "a", "method": "POST", "url": ENDPOINT, "body": {"model": "prb-sim-1"}}
+    data = (json.dumps(good) + "\n{not json\n").encode()
+    client = OpenAI(base_url=sim_url, api_key="sk-test")
+    uploaded = client.files.create(file=("in.jsonl", data), purpose="batch")
+    batch = client.batches.create(
+        input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h"
+    )
+    deadline = time.monotonic() + 30
+    while batch.status not in ("completed", "failed") and time.monotonic() < deadline:
+        time.sleep(0.05)
+        batch = client.batches.retrieve(batch.id)
+    assert batch.status == "failed", batch
+    (error,) = batch.errors.data
+    assert "line 2 of the input file is not JSON" in error.message

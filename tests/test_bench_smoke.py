@@ -31,6 +31,14 @@ SMOKE = {  # script -> (arguments at the smallest size, what its output must sho
     "floor.py": ([], "degenerate"),
     "real_model.py": (["--model", "smollm2-135m", "--tasks", "1", "--only", "planner"], "planner"),
     "local_threads.py": (["--model", "smollm2-135m", "--threads", "1/1"], "gen tok/s"),
+    "local_parallel.py": (
+        ["--model", "smollm2-135m", "--requests", "1", "--parallel", "2", "--threads", "1"],
+        "gen tok/s",
+    ),
+    "local_build.py": (
+        ["--model", "smollm2-135m", "--per-category", "1", "--slots", "0"],
+        "pairs/h",
+    ),
     "eval_gpu.py": (["--pairs", "4", "--words", "20"], "pairs"),
     "rl_step.py": (["--steps", "1", "--batch", "2", "--generations", "2", "--tokens", "8"], "step"),
     "prompt_cache.py": ([], "cached"),

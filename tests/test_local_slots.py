@@ -145,12 +145,18 @@ def test_parallel_slots_without_llama_server_say_how_to_build_it(tmp_path):
     assert done.stderr.strip().splitlines() == [
         f"error: PRB_LLAMA_SERVER={tmp_path / 'nowhere'}: not an executable file"
     ], done.stderr
-    if local.llama_server() is None:  # nothing built here: the hint names the make target
-        env.pop("PRB_LLAMA_SERVER")
-        done = subprocess.run(
-            [*cmd, "--parallel", "4"], capture_output=True, text=True, timeout=120, env=env
-        )
-        assert "`make llama-server` builds it" in done.stderr, done.stderr
+    # `none` keeps llama-cpp-python's server, which has one slot: the hint names the target
+    done = subprocess.run(
+        [*cmd, "--parallel", "4"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env | {"PRB_LLAMA_SERVER": "none"},
+    )
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "4 parallel slots need llama.cpp's llama-server: `make llama-server` builds it" in (
+        done.stderr
+    ), done.stderr
 
 
 @pytest.mark.skipif(local.llama_server() is None, reason="llama-server not built here")

@@ -170,7 +170,7 @@ def demo(
     if local:
         from pipeline.llm import local as served
 
-        m, slots = cfg.model, cfg.model.local_slots or served.default_slots()
+        m, slots = cfg.model, cfg.model.local_slots or served.SLOTS
         threads = {"threads": m.local_threads, "batch_threads": m.local_batch_threads}
         with served.running(m.local, slots=slots, **threads) as (url, alias, digest):
             console.print(f"local model {alias} on {url} (sha256 {digest}; {slots} slot(s))")

@@ -165,6 +165,15 @@ class BatchTransport:
             for line in jsonl_lines(text):
                 answered += self.store_line(json.loads(line), bodies, chunk)
         log.info("collected batch %s: %s, %d answered", job.batch_id, batch.status, answered)
+        if batch.status != "completed":  # its calls go online; say why the batch did not answer
+            said = [e.message for e in (batch.errors.data if batch.errors else None) or []]
+            log.warning(
+                "batch %s %s%s: its %d calls go online",
+                job.batch_id,
+                batch.status,
+                f" ({'; '.join(str(m) for m in said[:3])})" if said else "",
+                len(chunk) - answered,
+            )
         with self.jobs.appender() as append:
             append(job.model_copy(update={"state": "collected", "status": batch.status}))
 

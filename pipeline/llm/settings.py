@@ -55,7 +55,7 @@ class ModelConfig(Section):
     replay: bool = False
     local_threads: int | None = Field(None, ge=1, le=256)  # generation
     local_batch_threads: int | None = Field(None, ge=1, le=256)  # prompt processing
-    # sequences decoded together (llama.cpp's server); None: local.default_slots()
+    # sequences decoded together (llama.cpp's server, `make llama-server`); None: local.SLOTS
     local_slots: int | None = Field(None, ge=1, le=64)
 
     @field_validator("local")

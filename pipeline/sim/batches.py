@@ -124,11 +124,31 @@ class Service:
         return batch
 
     async def process(self, batch: dict) -> None:
-        opts = self.opts
+        """Answer the batch's lines; an input the service cannot read fails the batch with
+        its reason, as OpenAI's does (a task that died silently left it in progress forever,
+        the client polling on)."""
         await asyncio.sleep(0)  # answer `create` first, as a real service does
         batch.update(status="in_progress", in_progress_at=int(time.time()))
+        try:
+            await self._answer(batch)
+        except Exception as e:  # noqa: BLE001  (whatever it was, the batch says so)
+            error = {"code": "invalid_request", "message": f"{type(e).__name__}: {e}"}
+            batch.update(
+                status="failed",
+                failed_at=int(time.time()),
+                errors={"object": "list", "data": [error]},
+            )
+            self.opts.stats["batches_failed"] += 1
+
+    async def _answer(self, batch: dict) -> None:
+        opts = self.opts
         data = self.files[batch["input_file_id"]]["data"]
-        lines = [json.loads(x) for x in jsonl_lines(data.decode("utf-8"))]
+        lines = []
+        for number, text in enumerate(jsonl_lines(data.decode("utf-8")), 1):
+            try:
+                lines.append(json.loads(text))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"line {number} of the input file is not JSON ({e})") from None
         out, errors = [], []
         for i, line in enumerate(lines):
             result = answer_line(
