@@ -15,11 +15,11 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from pipeline.audit import judge_probes
 from pipeline.audit.null import relabelled
 from pipeline.config import ModelConfig
 from pipeline.llm import LLM
 from pipeline.llm.cache import ResponseCache
+from pipeline.probes import run_judges
 from pipeline.release.load import load_rows
 from pipeline.sim.server import running
 
@@ -38,7 +38,7 @@ def main() -> None:
                 ModelConfig(base_url=url, concurrency=32), ResponseCache(Path(tmp) / "cache.sqlite")
             )
             try:
-                return await judge_probes.position_free(rs, llm, "prb-sim-1")
+                return await run_judges(rs, llm, "prb-sim-1", position_free=True)
             finally:
                 await llm.aclose()
 

@@ -1,6 +1,6 @@
 """Contrasting users: for a pair, another user whose preferences conflict with the pair's own,
 picked deterministically. Used by the counterfactual check (pipeline/checks/counterfactual.py)
-and the counterfactual probe of `prb audit --judge` (pipeline/audit/judge_probes.py).
+and the judge probes of `prb audit --judge` (pipeline/probes/_judge.py).
 
 Conflict, where the users come from prb's library, is read off the taxonomy: two users
 conflict on a preference dimension (expertise, format, tone, ...) where both have a level and

@@ -532,9 +532,9 @@ def test_the_audit_and_eval_judges_follow_one_window_rule(tmp_path, sim_factory)
     profile cut to the endpoint's window, or to the config's window where the endpoint gives
     none; a judge prompt whose question and answer alone are over it is refused and counted
     without a request; a resumed call the cache answers needs no endpoint."""
-    from pipeline.audit import judge_probes
     from pipeline.calls import LLMError
     from pipeline.llm.prompts import load_prompt
+    from pipeline.probes import run_judges
 
     url = sim_factory(context_limit=600)
     filler = "I write long posts about my week, my garden and the weather here. " * 4
@@ -553,7 +553,7 @@ def test_the_audit_and_eval_judges_follow_one_window_rule(tmp_path, sim_factory)
     async def audit():
         llm = LLM(ModelConfig(base_url=url), ResponseCache(tmp_path / "audit.sqlite"))
         try:
-            probes = await judge_probes.run(rows, llm, "prb-sim-1")
+            probes = await run_judges(rows, llm, "prb-sim-1")
         finally:
             await llm.aclose()
         return probes, llm
@@ -599,7 +599,7 @@ def test_the_position_free_judge_probes_read_each_answer_alone(tmp_path, sim_url
     call path. With the user's profile the simulator's judge prefers the answer in the user's
     styles; without it, both answers read alike; and the advantage does not survive a
     contrasting user's profile. Asked again, the cache answers every call."""
-    from pipeline.audit import judge_probes
+    from pipeline.probes import run_judges
 
     rows = persona_rows(12)
     for k, r in enumerate(rows):  # two kinds of user, so a contrast exists for each
@@ -616,7 +616,7 @@ def test_the_position_free_judge_probes_read_each_answer_alone(tmp_path, sim_url
     async def audit():
         llm = LLM(ModelConfig(base_url=sim_url), ResponseCache(tmp_path / "audit.sqlite"))
         try:
-            return await judge_probes.position_free(rows, llm, "prb-sim-1"), llm
+            return await run_judges(rows, llm, "prb-sim-1", position_free=True), llm
         finally:
             await llm.aclose()
 
@@ -631,6 +631,52 @@ def test_the_position_free_judge_probes_read_each_answer_alone(tmp_path, sim_url
     assert swap.n > 0 and swap.value <= 0.5  # the advantage was personal
     again, llm = run(audit())
     assert llm.usage["audit"].calls == 0 and [p.value for p in again] == [p.value for p in probes]
+
+
+def test_the_swap_probe_asks_each_answer_under_the_user_it_was_written_for(tmp_path, sim_url):
+    """Issue 46's 2x2 swap probe: chosen preferred with its user's profile, rejected with the
+    profile of the user it was written for (`rejected_for`). Answers written for their users
+    read high; the same answers with chosen and rejected exchanged by a fair coin read near
+    0.5; pairs written for no one are not asked."""
+    import random
+
+    from pipeline.probes import run_judges
+
+    blunt = "Bottom line: do these things, and you can skip the rest."
+    gentle = "In plain terms, no experience needed. Short version:"
+    rows = persona_rows(24)
+    for k, r in enumerate(rows):
+        r["persona_id"], r["rejected_for"] = f"u{k}", f"u{k + 1 if k % 2 == 0 else k - 1}"
+        if k % 2:  # a blunt professional
+            r["profile"] = [
+                {
+                    "id": f"u{k}-p1",
+                    "category": r["category"],
+                    "text": "I'm a professional, no fluff, get to the point.",
+                }
+            ]
+        mine, theirs = (blunt, gentle) if k % 2 else (gentle, blunt)
+        r["chosen"], r["rejected"] = f"{mine} {POINTS}", f"{theirs} {POINTS}"
+    coin = random.Random(7)
+    shuffled = [
+        dict(r, chosen=r["rejected"], rejected=r["chosen"]) if coin.random() < 0.5 else r
+        for r in rows
+    ]
+    unwritten = [{k: v for k, v in r.items() if k != "rejected_for"} for r in rows]
+
+    async def swap(rs, position_free):
+        llm = LLM(ModelConfig(base_url=sim_url), ResponseCache(tmp_path / "audit.sqlite"))
+        try:
+            found = await run_judges(rs, llm, "prb-sim-1", position_free=position_free)
+        finally:
+            await llm.aclose()
+        return next(p for p in found if p.name.startswith("judge, swap 2x2"))
+
+    for free in (True, False):
+        written, coined, none = (run(swap(rs, free)) for rs in (rows, shuffled, unwritten))
+        assert written.n == len(rows) and written.value >= 0.75 and not written.leak, written
+        assert coined.low < 0.5 < coined.high, coined  # no signal: no reading
+        assert none.n == 0 and none.value is None
 
 
 def test_eval_bon_and_rl_are_subcommands_with_their_own_options(tmp_path):

@@ -142,7 +142,7 @@ def test_every_derived_view_agrees_with_the_registries():
     assert [c.cost for c in sorted(CHECKS, key=lambda c: c.cost)][0] == 0
 
 
-# --- nine change scenarios, on a copy of the tree -----------------------------------------------
+# --- ten change scenarios, on a copy of the tree -----------------------------------------------
 
 STAGE_MODULE = '''"""Added by a test: passes on every task with a question, in a funnel row."""
 
@@ -339,6 +339,19 @@ def questions(rows, seed=0):
 
 PROBE = ProbeSpec("questions", "leakage", 25, questions, "more question marks win")
 '''
+JUDGE_PROBE_MODULE = '''"""Added by a test: with the user's profile, chosen wins in both orders."""
+
+from pipeline.probes.base import ProbeSpec, rule
+
+
+async def asks(rows, judge, seed=0):
+    verdicts = await judge.pairwise(("true",))
+    both = [float(v["true_ab"] == "A" and v["true_ba"] == "B") for v in verdicts if v]
+    return [rule("judge, chosen in both orders", "chosen wins A and B", both, seed)]
+
+
+PROBE = ProbeSpec("judge_both", "judge", 60, None, "chosen wins in both orders", asks=asks)
+'''
 SOURCE_CLASS = '''
 
 class CsvSource(FileSource):
@@ -396,7 +409,7 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def test_nine_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
+def test_ten_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
     tree = checkout_copy(tmp_path / "prb")
     touched: dict[str, set[str]] = {}
 
@@ -484,6 +497,8 @@ def test_nine_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url)
     write("model-free check", "pipeline/checks/exclamations.py", FREE_CHECK_MODULE)
     # a probe: one module, found by the probes' package
     write("probe", "pipeline/probes/questions.py", PROBE_MODULE)
+    # a judge probe: one module too, handed the audit's judge
+    write("judge probe", "pipeline/probes/judge_both.py", JUDGE_PROBE_MODULE)
     # the files each change touches (its test aside)
     limits = {
         "stage": 2,  # module + its name in the registry
@@ -495,6 +510,7 @@ def test_nine_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url)
         "reward model": 2,
         "backend": 2,
         "probe": 1,
+        "judge probe": 1,
     }
     assert set(touched) == set(limits)
     for scenario, files in touched.items():
@@ -538,7 +554,7 @@ def test_nine_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url)
     card = (release / "README.md").read_text()
     rows = [r for p in sorted(release.glob("*/*.parquet")) for r in pq.read_table(p).to_pylist()]
     fingerprint = json.loads((run_dir / "fingerprint.json").read_text())["inputs"]
-    audited = prb("audit", str(run_dir))
+    audited = prb("audit", str(run_dir), "--judge", "--config", str(config))
     assert audited.returncode == 0, audited.stderr[-2000:]
 
     # the stage: run in its place, in the funnel, the card and the audit
@@ -600,6 +616,13 @@ def test_nine_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url)
     # the probe: in the audit of the release, with its interval
     probes = json.loads((run_dir / "audit" / "audit.json").read_text())["probes"]["probes"]
     assert "cue: question marks" in {p["name"] for p in probes}
+    # the judge probe: asked with the others of its family, by the audit's judge
+    judged = {p["name"]: p for p in probes if p["family"] == "judge"}
+    assert judged["judge, chosen in both orders"]["n"] > 0
+    assert (
+        "judge, persona-aware" in judged
+        and "judge, swap 2x2: each answer preferred by its own user" in judged
+    )
 
 
 # --- categories come from the data ------------------------------------------------------------

@@ -1,3 +1,3 @@
-"""What separates the pairs of a run or any release: `report` (prb audit), `judge_probes`
-(persona-aware, persona-blind and counterfactual), `null` (the null test), `compare` (two
-releases), `show` (one pair). The model-free probes they run are `pipeline.probes`."""
+"""What separates the pairs of a run or any release: `report` (prb audit), `null` (the null
+test), `compare` (two releases), `show` (one pair). The probes they run, model-free and judge
+alike, are `pipeline.probes`."""

@@ -386,19 +386,18 @@ def compute(data: RunData, rows: list[dict], worst_n: int = WORST_N) -> dict:
 
 
 def judge_probes(rows: list[dict], judge) -> list:
-    """The judge probes (pipeline/audit/judge_probes.py) with `judge` = (run config, model id)
-    or (run config, model id, "position-free")."""
+    """The judge probes (the `judge` family of pipeline/probes/) with `judge` = (run config,
+    model id) or (run config, model id, "position-free")."""
     import asyncio
 
-    from pipeline.audit.judge_probes import position_free, run
     from pipeline.llm.client import session
 
     cfg, model, *mode = judge
-    probe = position_free if mode == ["position-free"] else run
 
     async def go():
         async with session(cfg) as llm:
-            return await probe(rows, llm, model or cfg.model.judge)
+            free = mode == ["position-free"]
+            return await probes.run_judges(rows, llm, model or cfg.model.judge, free)
 
     return asyncio.run(go())
 

@@ -28,8 +28,8 @@ def audit(
     judge: bool = typer.Option(
         False,
         "--judge",
-        help="Also the judge probes (persona-blind "
-        "and counterfactual, a pairwise judge in both orders): needs "
+        help="Also the judge probes (persona-aware, "
+        "persona-blind, counterfactual, the 2x2 swap: a pairwise judge in both orders): needs "
         "an endpoint, or --sim.",
     ),
     config: Path = typer.Option(

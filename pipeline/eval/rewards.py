@@ -23,40 +23,13 @@ from pipeline.errors import PrbError
 from pipeline.llm.client import LLM
 from pipeline.llm.prompts import Prompt, load_prompt
 from pipeline.records import stable_id
+from pipeline.release.load import CONTEXT_MODES, user_context  # noqa: F401  (their home)
 from pipeline.stats import word_count
 from pipeline.text import content_words
-
-CONTEXT_MODES = ("profile", "aspects", "narrative", "none")
 
 
 class SpecError(PrbError, ValueError):
     """A `--rm` spec that cannot be used; the message names the spec."""
-
-
-def user_context(row: dict, mode: str) -> str:
-    """The user context a reward model sees, rendered from one release row."""
-    if mode == "profile":  # a list of posts (with or without ids), or one text
-        posts = row["profile"]
-        if isinstance(posts, str):
-            return posts
-        return "\n".join(
-            (f"[{p['id']}] {p.get('text', '')}" if p.get("id") else p.get("text", ""))
-            if isinstance(p, dict)
-            else str(p)
-            for p in posts
-        )
-    if mode == "aspects":
-        aspects = row["rubric_aspects"]
-        if isinstance(aspects, str):
-            return aspects
-        return "\n".join(
-            f"{i}. {a['aspect'] if isinstance(a, dict) else a}" for i, a in enumerate(aspects, 1)
-        )
-    if mode == "narrative":
-        return row["narrative"] or ""
-    if mode == "none":
-        return ""
-    raise SpecError(f"unknown context mode {mode!r}; use one of {', '.join(CONTEXT_MODES)}")
 
 
 @dataclass(frozen=True)

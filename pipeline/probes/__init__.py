@@ -11,8 +11,9 @@
 - **floor** (shallow user-aware baselines a reward model must beat): profile overlap and a
   BM25 ranker against the profile. `easy` when the interval's lower end is above `EASY`
   (0.60); never a leak, since personalization may well share the user's words.
-- **judge** (pipeline/audit/judge_probes.py, with `--judge`): persona-aware, persona-blind in
-  both orders, counterfactual.
+- **judge** (with `prb audit --judge`; `_judge.py` holds what they share): persona-aware
+  (`judge_aware.py`), persona-blind in both orders (`judge_blind.py`), counterfactual
+  (`judge_counterfactual.py`), the 2x2 swap (`judge_swap.py`); pairwise or position-free.
 
 A tie counts half. A probe is one module of this package declaring `PROBE` (or a plugin's
 entry point). No verdict from fewer than `MIN_VERDICT_PAIRS` (100) pairs: the figures are
@@ -48,10 +49,26 @@ def registered() -> tuple[ProbeSpec, ...]:
 
 
 def run_all(rows: list[dict], seed: int = 0) -> list[Probe]:
-    """Every registered probe on `rows`, each figure tagged with its probe's family."""
+    """Every registered model-free probe on `rows`, each figure tagged with its family."""
     out = []
     for spec in registered():
-        for p in spec.run(rows, seed):
+        for p in spec.run(rows, seed) if spec.run else ():
+            p.family = spec.family
+            out.append(p)
+    return out
+
+
+async def run_judges(
+    rows: list[dict], llm, model: str, position_free: bool = False, seed: int = 0
+) -> list[Probe]:
+    """Every registered judge probe on `rows`, asking `model` through `llm` (pairwise, or
+    each answer alone with `position_free`)."""
+    from pipeline.probes._judge import Judge
+
+    judge = Judge(rows, llm, model, position_free)
+    out = []
+    for spec in registered():
+        for p in await spec.asks(rows, judge, seed) if spec.asks else ():
             p.family = spec.family
             out.append(p)
     return out
@@ -77,7 +94,8 @@ FAMILIES = {
         "judge flags",
         "Judges: what an LLM judge sees with and without the user",
         "persona-aware (should be high), persona-blind in both orders (0.5: no general "
-        "quality gap), counterfactual (should rarely survive a swap of users)",
+        "quality gap), counterfactual (should rarely survive a swap of users), the 2x2 swap "
+        "(each answer preferred by the user it was written for: should be high)",
     ),
 }
 

@@ -4,8 +4,9 @@ declares, a rule's accuracy with its interval. (An answer's surface cues: pipeli
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,13 +45,17 @@ class ProbeSpec:
     """A probe module's declaration (`PROBE`): what the audit, compare and the card read.
 
     `family`: leakage (answer only, never the user: only these can call a release leaky),
-    floor (a shallow user-aware baseline a reward model must beat) or judge (an LLM judge)."""
+    floor (a shallow user-aware baseline a reward model must beat) or judge (an LLM judge).
+    A model-free probe gives `run(rows, seed)`; a judge probe gives `asks(rows, judge, seed)`
+    instead, a coroutine that puts its questions to the `probes._judge.Judge` it is handed
+    (`prb audit --judge`; questions two probes share are one call: the client's cache)."""
 
     name: str
     family: str
     order: int
-    run: Callable[[list[dict], int], list[Probe]]
+    run: Callable[[list[dict], int], list[Probe]] | None
     about: str
+    asks: Callable[[list[dict], Any, int], Awaitable[list[Probe]]] | None = None
 
 
 def rule(name: str, about: str, scores: list[float], seed: int, floor: bool = False) -> Probe:

@@ -315,6 +315,35 @@ def profile_text(row: dict) -> str:
     return ""
 
 
+CONTEXT_MODES = ("profile", "aspects", "narrative", "none")
+
+
+def user_context(row: dict, mode: str) -> str:
+    """The user context a reward model or a judge sees, rendered from one release row."""
+    if mode == "profile":  # a list of posts (with or without ids), or one text
+        posts = row["profile"]
+        if isinstance(posts, str):
+            return posts
+        return "\n".join(
+            (f"[{p['id']}] {p.get('text', '')}" if p.get("id") else p.get("text", ""))
+            if isinstance(p, dict)
+            else str(p)
+            for p in posts
+        )
+    if mode == "aspects":
+        aspects = row["rubric_aspects"]
+        if isinstance(aspects, str):
+            return aspects
+        return "\n".join(
+            f"{i}. {a['aspect'] if isinstance(a, dict) else a}" for i, a in enumerate(aspects, 1)
+        )
+    if mode == "narrative":
+        return row["narrative"] or ""
+    if mode == "none":
+        return ""
+    raise PrbError(f"unknown context mode {mode!r}; use one of {', '.join(CONTEXT_MODES)}")
+
+
 def user_key(row: dict) -> str:
     """Who the row's user is: `persona_id` where the release has one, else the profile text
     (the public schema has no user id; the same profile is the same user)."""
