@@ -142,7 +142,7 @@ def test_every_derived_view_agrees_with_the_registries():
     assert [c.cost for c in sorted(CHECKS, key=lambda c: c.cost)][0] == 0
 
 
-# --- ten change scenarios, on a copy of the tree -----------------------------------------------
+# --- eleven change scenarios, on a copy of the tree -----------------------------------------------
 
 STAGE_MODULE = '''"""Added by a test: passes on every task with a question, in a funnel row."""
 
@@ -160,6 +160,26 @@ async def run(ctx: RunContext, tasks: Records) -> StageReport:
 STAGE = Stage(name="question_gate", reads=(Task,), input_id=lambda t: t.task_id, output=Task,
               output_id=lambda t: t.task_id, run=run, funnel="questions_gated",
               about="tasks whose question is not empty")
+'''
+READING_STAGE_MODULE = '''"""Added by a test: a rubric goes on only if its user is in the personas
+stage's file, read through the declared `Persona` read, never by the file's name."""
+
+from pipeline.records import Persona, RubricRecord
+from pipeline.stages.base import RunContext, Stage, StageReport
+from pipeline.store import Records
+
+
+async def run(ctx: RunContext, rubrics: Records) -> StageReport:
+    known = {p.persona_id for p in ctx.read(Persona)}
+    STAGE.file(ctx.run_dir).write_all(r for r in rubrics if r.task.persona.persona_id in known)
+    records = Records(STAGE.file(ctx.run_dir), STAGE.output_id)
+    return StageReport(records, len(records))
+
+
+STAGE = Stage(name="known_users", reads=(RubricRecord, Persona),
+              input_id=lambda r: r.task.task_id, output=RubricRecord,
+              output_id=lambda r: r.task.task_id, run=run, funnel="rubrics_of_known_users",
+              about="rubrics whose user is in the personas file")
 '''
 MODEL_STAGE_MODULE = '''"""Added by a test: a model screens each pair's chosen answer, with a
 schema of its own, and the pairs it finds off the question go no further."""
@@ -409,7 +429,7 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def test_ten_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
+def test_eleven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
     tree = checkout_copy(tmp_path / "prb")
     touched: dict[str, set[str]] = {}
 
@@ -429,6 +449,13 @@ def test_ten_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
             '            "questions",\n',
             '            "questions",\n            "question_gate",\n',
         ),
+    )
+    # a stage that reads another stage's file (besides its first read): module + its name
+    write("reading stage", "pipeline/stages/known_users.py", READING_STAGE_MODULE)
+    write(
+        "reading stage",
+        "pipeline/stages/__init__.py",
+        edit=('            "rubrics",\n', '            "rubrics",\n            "known_users",\n'),
     )
     # a model-calling stage with its own output schema: its module, its prompt, its name
     write("model stage", "pipeline/stages/answer_screen.py", MODEL_STAGE_MODULE)
@@ -511,6 +538,7 @@ def test_ten_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
         "backend": 2,
         "probe": 1,
         "judge probe": 1,
+        "reading stage": 2,  # module + its name in the registry
     }
     assert set(touched) == set(limits)
     for scenario, files in touched.items():
@@ -557,6 +585,11 @@ def test_ten_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
     audited = prb("audit", str(run_dir), "--judge", "--config", str(config))
     assert audited.returncode == 0, audited.stderr[-2000:]
 
+    # the reading stage: in its place, every rubric's user found through its declared read
+    known = (run_dir / "known_users.jsonl").read_text().splitlines()
+    assert len(known) == len((run_dir / "rubrics.jsonl").read_text().splitlines()) > 0
+    stages = [f["stage"] for f in manifest["funnel"]]
+    assert stages[stages.index("rubrics") + 1] == "rubrics_of_known_users", stages
     # the stage: run in its place, in the funnel, the card and the audit
     assert len((run_dir / "question_gate.jsonl").read_text().splitlines()) == 6
     assert [f["stage"] for f in manifest["funnel"]][:3] == [
