@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from local_threads import busy_core  # noqa: E402
 
 from pipeline.llm import local  # noqa: E402
-from pipeline.serving import free_port, subprocess_server  # noqa: E402
+from pipeline.serving import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -40,29 +40,6 @@ REPO = Path(__file__).resolve().parent.parent
 def recorded(fixture: Path, n: int) -> list[dict]:
     data = json.loads(gzip.decompress(fixture.read_bytes()))
     return [r for r in data["responses"] if r["request"]["params"].get("max_tokens")][:n]
-
-
-def llama_server(binary: str, path: Path, port: int, alias: str, slots: int, threads: int):
-    return [
-        binary,
-        "--model",
-        str(path),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--alias",
-        alias,
-        "--threads",
-        str(threads),
-        "--threads-batch",
-        str(threads),
-        "--parallel",
-        str(slots),
-        "--ctx-size",
-        str(local.CONTEXT * slots),  # each slot keeps the context a build's prompts need
-        "--no-webui",
-    ]
 
 
 async def send(base: str, alias: str, items: list[dict], at_once: int) -> dict:
@@ -135,17 +112,16 @@ def main() -> None:
     for name, slots, parallel in runs:
         for busy in (False, True):  # a fresh server each time: no prompt cached from before
             port = free_port()
-            if parallel is None:
-                os.environ["PRB_LLAMA_SERVER"] = "none"  # llama-cpp-python's server
-                server = local.running(
-                    args.model, port=port, threads=args.threads, batch_threads=args.threads
-                )
-            else:
-                cmd = llama_server(str(server), path, port, alias, parallel, args.threads)
-                server = subprocess_server(
-                    cmd, f"http://127.0.0.1:{port}/health", name, startup_timeout=180, quiet=True
-                )
-            with server, busy_core(busy):
+            # prb's own local server (`local.running`), on the runtime this row measures
+            os.environ["PRB_LLAMA_SERVER"] = "none" if parallel is None else str(server)
+            served = local.running(
+                args.model,
+                port=port,
+                threads=args.threads,
+                batch_threads=args.threads,
+                slots=parallel or 1,
+            )
+            with served, busy_core(busy):
                 got = asyncio.run(send(f"http://127.0.0.1:{port}/v1", alias, items, slots))
             print(row(name, slots, busy, got, len(items)), flush=True)
 

@@ -47,6 +47,9 @@ def main() -> None:
                 found.setdefault(p.name, []).append(p)
     for name, probes in found.items():
         values = [p.value for p in probes if p.value is not None]
+        if not values:  # the swap probe on a release that names no pair's other user
+            print(f"{name}: no pair to ask")
+            continue
         off = sum(p.low is not None and (p.low > 0.5 or p.high < 0.5) for p in probes)
         print(
             f"{name}: n={len(rows)} mean {statistics.mean(values):.3f} sd "

@@ -54,6 +54,23 @@ def prb(*args: str, env: dict | None = None, timeout: float = 300, **popen):
     )
 
 
+def answering(proc: subprocess.Popen, url: str, seconds: float = 60) -> None:
+    """Wait until the server `proc` started answers 200 on `url`; fail if it exits or takes
+    longer than `seconds`."""
+    import time
+
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while True:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.1)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def prefect_server():
     from prefect.testing.utilities import prefect_test_harness

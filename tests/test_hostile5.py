@@ -182,8 +182,7 @@ def test_a_terminated_reward_server_takes_its_simulator_with_it(tmp_path):
     import subprocess
     import sys
 
-    import httpx
-    from conftest import prefect_env
+    from conftest import answering, prefect_env
     from test_crash import kill_group
 
     from pipeline.serving import free_port
@@ -199,14 +198,7 @@ def test_a_terminated_reward_server_takes_its_simulator_with_it(tmp_path):
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        answering(proc, f"http://127.0.0.1:{port}/health")
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         assert children, "the simulator runs as a child"
         proc.send_signal(signal.SIGTERM)
@@ -448,8 +440,7 @@ def test_an_idle_server_says_in_one_line_that_it_stopped(command, name, signals)
     import subprocess
     import sys
 
-    import httpx
-    from conftest import prefect_env
+    from conftest import answering, prefect_env
 
     from pipeline.serving import free_port
 
@@ -462,14 +453,7 @@ def test_an_idle_server_says_in_one_line_that_it_stopped(command, name, signals)
         env=prefect_env(),
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        answering(proc, f"http://127.0.0.1:{port}/health")
         for sig in signals:
             proc.send_signal(getattr(signal, sig))
             time.sleep(0.05)
@@ -480,4 +464,5 @@ def test_an_idle_server_says_in_one_line_that_it_stopped(command, name, signals)
             proc.wait()
     assert err.strip().splitlines() == [f"{name} stopped by {signals[0]}: no request was running"]
     number = getattr(signal, signals[0])
-    assert proc.returncode in (128 + number, -number), err  # a shell shows both as 128 + n
+    if len(signals) == 1:  # where a second Ctrl-C lands (a handler, the runner, the exit) decides
+        assert proc.returncode in (128 + number, -number), err  # a shell shows both as 128 + n

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import prefect_env
+from conftest import answering, prefect_env
 
 from pipeline.llm import local
 from pipeline.serving import free_port
@@ -59,14 +59,8 @@ def serve(stand_in: Path, tmp_path: Path, slow: bool, *extra: str):
         start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 120
-    while True:
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        try:
-            if httpx.get(f"{base}/models", timeout=2).status_code == 200:
-                return proc, base
-        except httpx.HTTPError:
-            time.sleep(0.2)
+    answering(proc, f"{base}/models", 120)
+    return proc, base
 
 
 def children(pid: int) -> list[int]:

@@ -112,17 +112,30 @@ def serve_llama_server(argv: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import os
     import signal
 
     argv = sys.argv[1:] if argv is None else argv
     # the stop line is said; what stays is to unwind, so llama-server stops with its block
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    code: int | str | None = 0
     try:
         if "--llama-server" in argv:
-            return serve_llama_server(argv)
-        serve_llama_cpp_python(argv)
+            serve_llama_server(argv)
+        else:
+            serve_llama_cpp_python(argv)
     except KeyboardInterrupt:
-        sys.exit(130)
+        code = 130
+    except SystemExit as e:
+        code = e.code
+    # a generation still running in llama-cpp-python's thread would hold the interpreter until
+    # its answer ends (its client was answered 503 already): leave now
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code or 0)
 
 
 def serve_llama_cpp_python(argv: list[str]) -> None:
