@@ -71,6 +71,26 @@ def answering(proc: subprocess.Popen, url: str, seconds: float = 60) -> None:
             time.sleep(0.1)
 
 
+def ask_in_background(url: str, body: dict, timeout: float = 120):
+    """POST `body` to `url` from a thread (a request in flight while a test stops the server):
+    the started thread, and the list its response (or httpx error) lands in."""
+    import threading
+
+    import httpx
+
+    answers: list = []
+
+    def ask() -> None:
+        try:
+            answers.append(httpx.post(url, json=body, timeout=timeout))
+        except httpx.HTTPError as e:
+            answers.append(e)
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
+    return asking, answers
+
+
 @pytest.fixture(scope="session", autouse=True)
 def prefect_server():
     from prefect.testing.utilities import prefect_test_harness

@@ -16,7 +16,7 @@ from pathlib import Path
 import datasets
 import pytest
 import yaml
-from conftest import build, prefect_env, write_config
+from conftest import ask_in_background, build, prefect_env, write_config
 
 from pipeline.checks import CHECKS, FilterConfig
 from pipeline.checks.degenerate import Settings, side, why
@@ -217,7 +217,6 @@ def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():
     a dropped connection: llama_cpp.server's own entry point has no drain), one line said."""
     import signal
     import socket
-    import threading
     import time
 
     import httpx
@@ -258,16 +257,7 @@ def test_local_model_serve_stops_within_5s_with_a_generation_in_flight():
             "messages": [{"role": "user", "content": "Write a very long story."}],
         }
 
-        answers: list = []
-
-        def ask() -> None:
-            try:
-                answers.append(httpx.post(f"{base}/chat/completions", json=body, timeout=120))
-            except httpx.HTTPError as e:
-                answers.append(e)
-
-        asking = threading.Thread(target=ask, daemon=True)
-        asking.start()
+        asking, answers = ask_in_background(f"{base}/chat/completions", body)
         time.sleep(1.5)
         stopped = time.monotonic()
         proc.send_signal(signal.SIGTERM)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import answering, prefect_env
+from conftest import answering, ask_in_background, prefect_env
 
 from pipeline.llm import local
 from pipeline.serving import free_port
@@ -79,16 +79,7 @@ def test_serve_parallel_answers_through_the_slots_and_drains_on_sigterm(stand_in
     proc, base = serve(stand_in, tmp_path, True, "--parallel", "3", "--threads", "2")
     try:
         (llama,) = [c for c in children(children(proc.pid)[0])]
-        answers: list = []
-
-        def ask() -> None:
-            try:
-                answers.append(httpx.post(f"{base}/chat/completions", json=CHAT, timeout=120))
-            except httpx.HTTPError as e:
-                answers.append(e)
-
-        asking = threading.Thread(target=ask, daemon=True)
-        asking.start()
+        asking, answers = ask_in_background(f"{base}/chat/completions", CHAT)
         time.sleep(1.5)
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
