@@ -28,6 +28,11 @@ BEFORE_CHECKS = {  # column -> (dtype names, card text)
     "question_id": (_S, "the question in prb's question pools"),
     "rejected_strategy": (_S, "how `rejected` misses the aspects (e.g. `wrong_tone`)"),
     "rejected_for": (_S, "`persona_swap`: the persona the rejected answer was written for"),
+    "rejected_for_profile": (
+        [{"id": _S, "category": _S, "text": _S}],
+        "the profile of the `rejected_for` user (empty when `rejected` was written for no one): "
+        "each answer can be judged under the user it was written for",
+    ),
 }
 AFTER_CHECKS = {
     "would_drop": (

@@ -663,6 +663,13 @@ def test_the_swap_probe_asks_each_answer_under_the_user_it_was_written_for(tmp_p
         for r in rows
     ]
     unwritten = [{k: v for k, v in r.items() if k != "rejected_for"} for r in rows]
+    # a partner with no pair of its own in the release: its profile travels with the pair
+    alone = [
+        dict(r, rejected_for_profile=rows[k + 1]["profile"])
+        for k, r in enumerate(rows)
+        if k % 2 == 0
+    ]
+    bare = [{k: v for k, v in r.items() if k != "rejected_for_profile"} for r in alone]
 
     async def swap(rs, position_free):
         llm = LLM(ModelConfig(base_url=sim_url), ResponseCache(tmp_path / "audit.sqlite"))
@@ -677,6 +684,9 @@ def test_the_swap_probe_asks_each_answer_under_the_user_it_was_written_for(tmp_p
         assert written.n == len(rows) and written.value >= 0.75 and not written.leak, written
         assert coined.low < 0.5 < coined.high, coined  # no signal: no reading
         assert none.n == 0 and none.value is None
+        carried, missing = run(swap(alone, free)), run(swap(bare, free))
+        assert carried.n == len(alone) and carried.value >= 0.75, carried
+        assert missing.n == 0
 
 
 def test_eval_bon_and_rl_are_subcommands_with_their_own_options(tmp_path):

@@ -42,6 +42,7 @@ PROVENANCE = [
     "question_id",
     "rejected_strategy",
     "rejected_for",
+    "rejected_for_profile",
     "quality",
     "pair_checks",
     "would_drop",
@@ -144,6 +145,31 @@ def test_every_config_loads_with_datasets(runs):
             assert row["rejected_strategy"] and row["chosen"] != row["rejected"]
     whole = datasets.load_dataset(str(release), split="test")  # the default config, `all`
     assert whole.num_rows == sum(manifest["per_category"].values())
+
+
+def test_a_swapped_pair_carries_the_profile_of_the_user_its_rejected_was_written_for(
+    tmp_path, sim_url
+):
+    """Issue 46: the swap probe asks the rejected answer under the profile of the user it was
+    written for; a release that named that user but carried no profile for one without a pair
+    of their own left the probe half its pairs."""
+    config = write_config(
+        tmp_path,
+        sim_url,
+        personas={"per_category": 3},
+        generation={"strategies": ["persona_swap", "wrong_tone"]},
+    )
+    release = Path(build(config)["release_dir"])
+    personas = release.parent / "personas.jsonl"
+    profiles = {
+        p["persona_id"]: p["profile"] for p in map(json.loads, personas.read_text().splitlines())
+    }
+    rows = datasets.load_dataset(str(release), split="test").to_list()
+    swapped = [r for r in rows if r["rejected_for"]]
+    assert swapped and len(swapped) < len(rows)  # both kinds, or the test proves nothing
+    for r in rows:
+        want = profiles[r["rejected_for"]] if r["rejected_for"] else []
+        assert r["rejected_for_profile"] == want
 
 
 def test_jsonl_copy_matches_the_parquet_and_is_checksummed(runs):

@@ -43,11 +43,23 @@ class Judge:
         }
         self.users = users
         self.other = contrasts(users)
-        # a pair whose rejected answer was written for another user: that user is its contrast
+        # a pair whose rejected answer was written for another user: that user is its contrast,
+        # from the release's `rejected_for_profile`, else from that user's own rows
         by_key = {u.key: u for u in users.values()}
-        self.written_for = {
-            r["id"]: by_key[r["rejected_for"]] for r in rows if r.get("rejected_for") in by_key
-        }
+        self.written_for = {}
+        for r in rows:
+            other = r.get("rejected_for")
+            if r.get("rejected_for_profile"):
+                posts = {"profile": r["rejected_for_profile"]}
+                self.written_for[r["id"]] = User(
+                    key=str(other),
+                    category=str(r["category"]),
+                    aspects="",
+                    levels={},
+                    profile=user_context(posts, "profile"),
+                )
+            elif other in by_key:
+                self.written_for[r["id"]] = by_key[other]
         self.other |= self.written_for
 
     def contexts(self, r: dict, who: tuple[str, ...]) -> dict[str, str]:

@@ -57,8 +57,9 @@ COLUMN_DOCS = {name: doc for name, (_, doc) in COLUMNS.items()}
 datasets.disable_progress_bars()
 
 
-def to_row(f: FilterRecord, ann: AnnotationRecord) -> dict:
-    """A kept pair as a release row (every check ran on it)."""
+def to_row(f: FilterRecord, ann: AnnotationRecord, profiles: dict[str, list[dict]]) -> dict:
+    """A kept pair as a release row (every check ran on it); `profiles`: persona id -> profile,
+    for the users the rejected answers were written for."""
     p = f.pair
     row = {
         "id": p.pair_id,
@@ -73,6 +74,7 @@ def to_row(f: FilterRecord, ann: AnnotationRecord) -> dict:
         "question_id": p.task.question_id,
         "rejected_strategy": p.rejected_strategy,
         "rejected_for": p.rejected_for,
+        "rejected_for_profile": profiles.get(p.rejected_for, []) if p.rejected_for else [],
     }
     results = {c.name: c.read(f) for c in CHECKS}
     for c in CHECKS:  # a check that did not run (no judge qualified) leaves its columns null

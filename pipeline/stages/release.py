@@ -27,7 +27,7 @@ from pipeline.errors import DiskFullError, NothingReleased, is_disk_full
 from pipeline.llm.cache import ResponseCache
 from pipeline.llm.prompts import load_prompt
 from pipeline.meter import timed
-from pipeline.records import AnnotationRecord, FilterRecord
+from pipeline.records import AnnotationRecord, FilterRecord, Persona
 from pipeline.release import figures
 from pipeline.release import manifest as mf
 from pipeline.release.card import render_card
@@ -100,6 +100,7 @@ PROBED = (
     "profile",
     "persona_id",
     "rejected_for",
+    "rejected_for_profile",
     "category",
     "pair_checks",
     *(name for c in CHECKS for name in c.report.columns),
@@ -249,10 +250,17 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> StageRepo
     # pass 1 orders the releasable pairs by (category, id) and keeps only their file offsets;
     # pass 2 reads them back one by one into the writer: no stage is held in memory
     order: dict[str, list[tuple[str, int]]] = {}
+    written_for: set[str] = set()  # the users rejected answers were written for
     for offset, f in filtered.items():
         pid = f.pair.pair_id
         if f.kept and pid in verdicts and releasable(cfg, verdicts[pid]):
             order.setdefault(f.pair.task.category, []).append((pid, offset))
+            written_for |= {f.pair.rejected_for} if f.pair.rejected_for else set()
+    profiles = {
+        p.persona_id: [i.model_dump() for i in p.profile]
+        for p in ctx.read(Persona)
+        if p.persona_id in written_for
+    }
     stats = ReleaseStats(PROBE_SAMPLE, cfg.seed)
     final = run_dir / "release"
     tmp = Path(tempfile.mkdtemp(dir=run_dir, prefix=".release-"))
@@ -265,7 +273,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> StageRepo
                 continue
             offsets = [offset for _, offset in sorted(order[category])]
             rows = (
-                stats.add(to_row(f, verdicts[f.pair.pair_id]))
+                stats.add(to_row(f, verdicts[f.pair.pair_id], profiles))
                 for f in filtered.file.read_at(offsets)
             )
             counts[category], arrow_bytes[category] = write_category(rows, tmp, category)
@@ -329,7 +337,7 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> StageRepo
 STAGE = Stage(
     name="release",
     output=None,  # it writes a release folder, not a stage file
-    reads=(AnnotationRecord, FilterRecord),
+    reads=(AnnotationRecord, FilterRecord, Persona),
     run=run,
     funnel="released",
     about="rows in this release",
