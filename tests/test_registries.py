@@ -142,7 +142,7 @@ def test_every_derived_view_agrees_with_the_registries():
     assert [c.cost for c in sorted(CHECKS, key=lambda c: c.cost)][0] == 0
 
 
-# --- eleven change scenarios, on a copy of the tree -----------------------------------------------
+# --- twelve change scenarios, on a copy of the tree -----------------------------------------------
 
 STAGE_MODULE = '''"""Added by a test: passes on every task with a question, in a funnel row."""
 
@@ -160,6 +160,25 @@ async def run(ctx: RunContext, tasks: Records) -> StageReport:
 STAGE = Stage(name="question_gate", reads=(Task,), input_id=lambda t: t.task_id, output=Task,
               output_id=lambda t: t.task_id, run=run, funnel="questions_gated",
               about="tasks whose question is not empty")
+'''
+STRATEGY_MODULE = '''"""Added by a test: from the same content plan, the rejected prompt told to
+write for no one in particular, in this module's own words (no table entry)."""
+
+from pipeline.calls import LLMError
+from pipeline.strategies.base import StrategySpec
+
+
+async def write(w, rec, name):
+    try:
+        first = await w.planned(rec)
+        said = {"strategy": name, "strategy_instruction": "Write for no one in particular."}
+        rejected = await w.ask("rejected", w.tokens, **first.common, **said)
+    except LLMError as e:
+        return w.failed(rec, e)
+    return w.made(rec, name, first, rejected)
+
+
+STRATEGY = StrategySpec("generic_answer", "the answer for no one in particular", write)
 '''
 READING_STAGE_MODULE = '''"""Added by a test: a rubric goes on only if its user is in the personas
 stage's file, read through the declared `Persona` read, never by the file's name."""
@@ -429,7 +448,7 @@ def _edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def test_eleven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
+def test_twelve_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_url):
     tree = checkout_copy(tmp_path / "prb")
     touched: dict[str, set[str]] = {}
 
@@ -522,6 +541,8 @@ def test_eleven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_ur
     )
     # a model-free check: its module alone
     write("model-free check", "pipeline/checks/exclamations.py", FREE_CHECK_MODULE)
+    # a strategy that writes its answers its own way: one module, found by the package
+    write("strategy module", "pipeline/strategies/generic_answer.py", STRATEGY_MODULE)
     # a probe: one module, found by the probes' package
     write("probe", "pipeline/probes/questions.py", PROBE_MODULE)
     # a judge probe: one module too, handed the audit's judge
@@ -533,6 +554,7 @@ def test_eleven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_ur
         "check": 2,  # module (with its output model) + prompt
         "model-free check": 1,
         "strategy": 1,
+        "strategy module": 1,
         "source": 1,
         "reward model": 2,
         "backend": 2,
@@ -563,7 +585,7 @@ def test_eleven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_ur
         sim_url,
         run_id="changed",
         personas={"source": f"csv:{users}", "per_category": 2},
-        generation={"word_budget": 100, "strategies": ["wrong_depth"]},
+        generation={"word_budget": 100, "strategies": ["wrong_depth", "generic_answer"]},
         filters={"drop_politeness_gap": False},
         model={"provider": "keyheader"},
     )
@@ -618,8 +640,13 @@ def test_eleven_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_ur
     audit = json.loads((run_dir / "audit" / "audit.json").read_text())  # and in the audit
     assert "politeness" in {f["key"] for f in audit["figures"]["all judged"]}
     assert "politeness verdicts differ by order" in (run_dir / "audit" / "summary.md").read_text()
-    # the strategy: used, released, counted on the card
-    assert {r["rejected_strategy"] for r in rows} == {"wrong_depth"} and "`wrong_depth`" in card
+    # the strategies: used, released, counted on the card
+    pairs = [json.loads(x) for x in (run_dir / "pairs.jsonl").read_text().splitlines()]
+    made = {p["rejected_strategy"] for p in pairs}
+    assert made == {"wrong_depth", "generic_answer"}, made
+    assert {r["rejected_strategy"] for r in rows} <= made and "`wrong_depth`" in card
+    generic = [p for p in pairs if p["rejected_strategy"] == "generic_answer"]
+    assert all(p["rejected_for"] is None and p["rejected"] != p["chosen"] for p in generic)
     # the source: its users, its categories (from the data) and its file in the fingerprint
     assert sorted(manifest["per_category"]) == ["Arts", "Civic", "Home"]
     assert {r["persona_id"] for r in rows} <= {f"u{i}" for i in range(6)}

@@ -22,12 +22,10 @@ from pydantic import BaseModel
 from pipeline import records
 from pipeline.errors import PrbError
 from pipeline.paths import DATA
-from pipeline.registry import Registry, resolve
+from pipeline.registry import resolve
+from pipeline.strategies import instructions
 
 PROMPTS_DIR = DATA / "prompts"
-# rejected strategies other packages add: name -> instruction (the built-in ones are in the
-# prompt files)
-STRATEGIES: Registry[str] = Registry("strategies", str)
 
 
 def _inert(value: object) -> object:
@@ -148,7 +146,7 @@ def load_prompt(task: str, prompts_dir: Path = PROMPTS_DIR) -> Prompt:
     if isinstance(prompt.extra.get("strategies"), dict):
         # rejected strategies other packages add (entry points `prb.strategies`: name ->
         # instruction), hashed with the file so the fingerprint and manifest see them
-        plugins = {n: s for n, s in STRATEGIES.items() if n not in prompt.extra["strategies"]}
+        plugins = {n: s for n, s in instructions().items() if n not in prompt.extra["strategies"]}
         prompt.extra["strategies"] = {**prompt.extra["strategies"], **plugins}
         added = json.dumps(plugins, sort_keys=True).encode() if plugins else b""
     digest = hashlib.sha256(raw + prompt.output_schema().encode() + added).hexdigest()

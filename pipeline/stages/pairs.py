@@ -1,8 +1,12 @@
-"""Stage 4 — pairs: one shared content plan, then a chosen answer that follows every aspect and
-a rejected answer with the same key points and word budget that misses them by a named strategy
-(the `strategies:` table of prompts/rejected.yaml). Equal general quality comes from the shared
-plan; the filters stage checks it held. One strategy, `persona_swap`, writes no instruction:
-its rejected answer is the chosen prompt's answer for a contrasting user.
+"""Stage 4 — pairs: per task, a chosen and a rejected answer that differ only in fit to the
+user, written by the task's rejected strategy (pipeline/strategies/: picked per task, seeded).
+The planned ones share a content plan: chosen follows every aspect, rejected keeps the key
+points and word budget and misses the aspects, by a named instruction (the `strategies:` table
+of prompts/rejected.yaml) or as the answer a contrasting user gets (`persona_swap`); the rewrite
+design rewrites one base answer for each of two users (`persona_rewrite`). Equal general quality
+comes from what the two share; the filters stage checks it held. This stage knows no strategy:
+it hands each a `Writer` (the prompts, the generator, the users' partners and the tools to
+write a pair with).
 
 With the artifact gate on (`filters.artifact_gate`, pipeline/checks/artifact.py), the stage ends
 with the gate's first half: a pair whose rejected answer the answer-only classifier picks out
@@ -21,14 +25,13 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from pipeline.calls import LLMError
 from pipeline.contrast import User, partners
 from pipeline.llm.prompts import PromptError, load_prompt
 from pipeline.meter import timed
-from pipeline.realised import echoed, realised
 from pipeline.records import (
-    Difference,
     Dropped,
     Pair,
     Rewritten,
@@ -46,7 +49,8 @@ from pipeline.stages.base import (
     process_stage,
 )
 from pipeline.store import Records
-from pipeline.text import unwrap
+from pipeline.strategies import known, spec
+from pipeline.strategies.persona_swap import answer_for_partner
 
 TASKS = ("content_plan", "chosen", "rejected", "base_answer", "rewrite")
 REWRITE = "rewrite"  # generation.design: one base answer rewritten for each side's user
@@ -77,14 +81,16 @@ def budget_tokens(words: int) -> int:
 
 
 def strategies(cfg, prompt) -> list[str]:
-    """The configured strategies, or every strategy the rejected prompt defines."""
+    """The configured strategies, or every strategy the rejected prompt defines; the rewrite
+    design has its own."""
+    if cfg.generation.design == REWRITE:
+        return [CONTRAST]
     return cfg.generation.strategies or list(prompt.extra["strategies"])
 
 
-# the strategy whose rejected answer is the chosen prompt's answer for a contrasting user (the
-# same question and key points): across a release, chosen and rejected then come from one
-# distribution by construction, and nothing but fit to this user tells them apart
-SWAP = "persona_swap"
+# what the artifact gate rewrites a leaking rejected answer with: the answer a contrasting user
+# gets, from the same distribution as chosen by construction (pipeline/strategies/persona_swap.py)
+REWRITE_WITH = "persona_swap"
 
 
 def task_order(questions: Records | None) -> dict[str, int]:
@@ -158,8 +164,21 @@ def swap_partners(
     return SwapPartners(file, {task: offsets[other.profile] for task, other in found.items()})
 
 
+@dataclass
+class Planned:
+    """A planned task's shared part: its content plan (None without one), key points, the
+    variables every answer prompt gets, and the chosen answer."""
+
+    plan: object | None
+    key_points: list[str]
+    common: dict
+    chosen: object
+
+
 class Writer:
-    """What writes a run's pairs: its prompts, strategies, generator and swap partners."""
+    """What writes a run's pairs: its prompts, generator and swap partners, and the tools a
+    strategy (pipeline/strategies/) writes a pair with. It picks each task's strategy and
+    knows none of them."""
 
     def __init__(self, ctx: RunContext, rubrics: Records):
         self.ctx = ctx
@@ -169,20 +188,17 @@ class Writer:
         self.versions = {p.task: p.ref for p in self.prompts.values()}
         self.model = ctx.cfg.model.generator
         self.budget = g.word_budget
-        if g.design == REWRITE:  # every pair contrasts two users on what a rewrite realises
-            self.directions = self.prompts["chosen"].extra["directions"]
-            self.signs = self.prompts["chosen"].extra.get("signs", {})
-            self.per_pair = g.dimensions_per_pair
-            self.dimensions = g.dimensions
-            self.names = [CONTRAST]
-            self.partners = swap_partners(rubrics, dict.fromkeys(g.dimensions, 100), questions)
-            return
-        self.instructions = self.prompts["rejected"].extra["strategies"]
+        self.tokens = budget_tokens(g.word_budget)
+        self.instructions = self.prompts["rejected"].extra.get("strategies", {})
         self.names = strategies(ctx.cfg, self.prompts["rejected"])
-        self.partners = swap_partners(rubrics, None, questions) if SWAP in self.names else {}
-        # a swap task with nobody to swap with takes one of these instead
-        self.others = [n for n in self.names if n != SWAP]
-        self.others = self.others or [n for n in self.instructions if n != SWAP]
+        self.specs = {n: spec(n, self.instructions) for n in self.names}
+        coupled = [s for s in self.specs.values() if s.partnered]
+        self.partners = swap_partners(rubrics, coupled[0].couples(g), questions) if coupled else {}
+        # a task with nobody to contrast takes one of these instead
+        alone = [n for n in self.names if not self.specs[n].partnered]
+        self.others = alone or [
+            n for n in self.instructions if not spec(n, self.instructions).partnered
+        ]
 
     async def ask(self, role: str, max_tokens: int | None = None, **variables):
         return await self.ctx.llm.call(
@@ -203,57 +219,50 @@ class Writer:
             "profile": [i.model_dump() for i in task.profile],
         }
 
-    async def swapped(self, common: dict, aspects_b: list[dict], profile_b: list[dict]):
-        """The chosen prompt's answer for the swap partner: same question, key points, budget."""
-        partner = common | {"aspects": aspects_b, "profile": profile_b}
-        return await self.ask("chosen", budget_tokens(self.budget), **partner)
+    async def planned(self, rec: RubricRecord) -> Planned:
+        """The task's content plan (if the recipe has one), then its chosen answer."""
+        plan = None
+        if "content_plan" in self.prompts:
+            plan = await self.ask("content_plan", question=rec.task.question)
+        key_points = plan.value.key_points if plan else []
+        common = self.common(rec.task, rec.rubric_aspects, key_points)
+        chosen = await self.ask("chosen", self.tokens, **common)
+        return Planned(plan, key_points, common, chosen)
 
-    async def pair(self, rec: RubricRecord) -> Pair | Dropped:
-        """A task's pair: its content plan, then chosen, then rejected by its strategy."""
-        if self.names == [CONTRAST]:
-            return await self.contrasted(rec)
-        task, seed = rec.task, self.ctx.cfg.seed
-        strategy, rejected_for = pick_strategy(task.task_id, self.names, seed), None
-        if strategy == SWAP and task.task_id not in self.partners:  # nobody to swap with
-            strategy = pick_strategy(task.task_id, self.others, seed)
-        try:
-            plan = None
-            if "content_plan" in self.prompts:
-                plan = await self.ask("content_plan", question=task.question)
-            key_points = plan.value.key_points if plan else []
-            common = self.common(task, rec.rubric_aspects, key_points)
-            chosen = await self.ask("chosen", budget_tokens(self.budget), **common)
-            if strategy == SWAP:
-                rejected_for, aspects_b, profile_b, _ = self.partners[task.task_id]
-                rejected = await self.swapped(common, aspects_b, profile_b)
-            else:
-                instruction = self.instructions[strategy]
-                rejected = await self.ask(
-                    "rejected",
-                    budget_tokens(self.budget),
-                    **common,
-                    strategy=strategy,
-                    strategy_instruction=instruction,
-                )
-        except LLMError as e:  # a PermanentLLMError is not one: the run stops
-            return Dropped(
-                stage=STAGE.name, id=task.task_id, reason=f"generator_{e.kind}", detail=e.detail
-            )
+    def made(
+        self, rec: RubricRecord, name: str, first: Planned, rejected, rejected_for=None
+    ) -> Pair:
+        """A planned task's pair, its rejected answer written by strategy `name`."""
+        plan = first.plan
         return Pair(
-            pair_id=self.pair_id(task),
-            task=task,
+            pair_id=self.pair_id(rec.task),
+            task=rec.task,
             rubric_aspects=rec.rubric_aspects,
             narrative=rec.narrative,
-            key_points=key_points,
-            chosen=chosen.value,
+            key_points=first.key_points,
+            chosen=first.chosen.value,
             rejected=rejected.value,
-            rejected_strategy=strategy,
+            rejected_strategy=name,
             rejected_for=rejected_for,
             generator_model=self.model,
             prompt_versions=self.versions,
             calls=({"content_plan": plan.key} if plan else {})
-            | {"chosen": chosen.key, "rejected": rejected.key},
+            | {"chosen": first.chosen.key, "rejected": rejected.key},
         )
+
+    def dropped(self, rec: RubricRecord, reason: str, detail: str) -> Dropped:
+        return Dropped(stage=STAGE.name, id=rec.task.task_id, reason=reason, detail=detail)
+
+    def failed(self, rec: RubricRecord, e: LLMError) -> Dropped:
+        return self.dropped(rec, f"generator_{e.kind}", e.detail)
+
+    async def write(self, rec: RubricRecord) -> Pair | Dropped:
+        """A task's pair, by its strategy (seeded per task)."""
+        task, seed = rec.task, self.ctx.cfg.seed
+        name = pick_strategy(task.task_id, self.names, seed)
+        if self.specs[name].partnered and task.task_id not in self.partners and self.others:
+            name = pick_strategy(task.task_id, self.others, seed)  # nobody to contrast
+        return await spec(name, self.instructions).write(self, rec, name)
 
     def pair_id(self, task: Task) -> str:
         # hashed from the whole profile, as released: with profile.top_k the prompts saw a
@@ -261,99 +270,19 @@ class Writer:
         released = [i.model_dump() for i in task.persona.profile]
         return pair_id(task.persona.persona_id, task.question, released, self.versions)
 
-    async def contrasted(self, rec: RubricRecord) -> Pair | Dropped:
-        """The rewrite design: one base answer, rewritten for the user (chosen) and for the
-        contrasting user (rejected), one instruction per dimension on which they differ, with
-        each user's own words; kept if at least one difference shows in the text."""
-        task = rec.task
-
-        def dropped(reason: str, detail: str) -> Dropped:
-            return Dropped(stage=STAGE.name, id=task.task_id, reason=reason, detail=detail)
-
-        if task.task_id not in self.partners:
-            return dropped("no_contrast", f"{task.persona.persona_id} has nobody to contrast")
-        other, _, _, prefs_b = self.partners[task.task_id]
-        mine = {p.dimension: (p.level, p.statement) for p in task.persona.preferences}
-        theirs = {p["dimension"]: (p["level"], p["statement"]) for p in prefs_b}
-        dims = [
-            d
-            for d in self.dimensions
-            if d in mine
-            and d in theirs
-            and mine[d][0] != theirs[d][0]
-            and {mine[d][0], theirs[d][0]} <= set(self.directions[d])
-        ][: self.per_pair]
-        if not dims:
-            return dropped(
-                "no_contrast",
-                f"{task.persona.persona_id} and {other} differ on none of {self.dimensions}",
-            )
-        side = {"question": task.question, "word_budget": self.budget}
-        tokens = budget_tokens(self.budget)
-
-        def told(who: dict) -> dict:
-            return {
-                "statements": [who[d][1] for d in dims],
-                "instructions": [self.directions[d][who[d][0]] for d in dims],
-            }
-
-        try:
-            base = await self.ask("base_answer", tokens, **side)
-            side["base"] = base.value
-            # asked together, so they queue side by side: the server's prompt cache reuses
-            # the evaluated system message, base answer and question of the first for the second
-            chosen, rejected = await asyncio.gather(
-                self.ask("chosen", tokens, **side, **told(mine)),
-                self.ask("rejected", tokens, **side, **told(theirs)),
-            )
-        except LLMError as e:
-            return dropped(f"generator_{e.kind}", e.detail)
-        texts = (unwrap(chosen.value, "answer"), unwrap(rejected.value, "answer"))
-        for name, text, who in (("chosen", texts[0], mine), ("rejected", texts[1], theirs)):
-            if said := echoed(text, told(who)["instructions"]):
-                return dropped("instructions_echoed", f"{name} repeats its instruction: {said!r}")
-        differences = [
-            Difference(
-                dimension=d,
-                chosen=mine[d][0],
-                rejected=theirs[d][0],
-                realised=realised(d, (mine[d][0], theirs[d][0]), texts, self.signs.get(d)),
-            )
-            for d in dims
-        ]
-        if not any(x.realised for x in differences):
-            shown = ", ".join(f"{x.dimension} {x.chosen}/{x.rejected}" for x in differences)
-            return dropped("difference_not_realised", f"none of {shown} shows in the text")
-        return Pair(
-            pair_id=self.pair_id(task),
-            task=task,
-            rubric_aspects=rec.rubric_aspects,
-            narrative=rec.narrative,
-            key_points=[],
-            chosen=texts[0],
-            rejected=texts[1],
-            rejected_strategy=CONTRAST,
-            rejected_for=other,
-            generator_model=self.model,
-            prompt_versions=self.versions,
-            calls={"base_answer": base.key, "chosen": chosen.key, "rejected": rejected.key},
-            differences=differences,
-        )
-
     async def rewrite(self, pair: Pair, found) -> Pair | None:
         """The pair with its rejected answer asked again by persona_swap (the gate found it
         leaking); None if that call failed."""
-        _, aspects_b, profile_b, _ = partner = self.partners[pair.task.task_id]
         common = self.common(pair.task, pair.rubric_aspects, pair.key_points)
         try:
-            answer = await self.swapped(common, aspects_b, profile_b)
+            other, answer = await answer_for_partner(self, pair.task, common)
         except LLMError:  # the pair keeps its first answer; the gate's second half decides
             return None
         return pair.model_copy(
             update={
                 "rejected": answer.value,
-                "rejected_strategy": SWAP,
-                "rejected_for": partner[0],
+                "rejected_strategy": REWRITE_WITH,
+                "rejected_for": other,
                 "calls": pair.calls
                 | {"rejected": answer.key, "first_rejected": pair.calls["rejected"]},
                 "rewritten": Rewritten(
@@ -368,11 +297,11 @@ class Writer:
 
 async def run(ctx: RunContext, rubrics: Records) -> StageReport:
     writer = Writer(ctx, rubrics)
-    await process_stage(STAGE, rubrics, ctx.run_dir, writer.pair)
-    # (a run of persona_swap alone has nothing to rewrite: its other pairs have no partner)
+    await process_stage(STAGE, rubrics, ctx.run_dir, writer.write)
+    # (a run of partnered strategies alone has nothing to rewrite: its other pairs have none)
     rewrite_on = ctx.cfg.generation.rewrite_artifacts and ctx.cfg.filters.artifact_gate
     found = {}
-    if rewrite_on and not set(writer.names) <= {SWAP, CONTRAST}:
+    if rewrite_on and any(not s.partnered for s in writer.specs.values()):
         writer.partners = writer.partners or swap_partners(rubrics, None, ctx.read(Task))
         with timed(ctx.seconds, "pairs: artifact gate and its rewrites"):
             found = await rewrite_artifacts(ctx, rubrics, writer.partners, writer.rewrite)
@@ -423,7 +352,7 @@ async def rewrite_artifacts(ctx: RunContext, rubrics: Records, partners: dict, r
             for o, p in pairs.items()
             if p.task.persona.persona_id in couples
             and p.rewritten is None
-            and p.rejected_strategy != SWAP
+            and p.rejected_for is None  # written for no one yet
             and p.task.task_id in partners
         ]
         with STAGE.file(ctx.run_dir).appender() as append:
@@ -434,7 +363,7 @@ async def rewrite_artifacts(ctx: RunContext, rubrics: Records, partners: dict, r
                     if new is not None:  # an id's latest line is the pair from now on
                         append(new)
                         done[new.rewritten.strategy] += 1
-    return {f"{name} rewritten as {SWAP}": n for name, n in sorted(done.items())}
+    return {f"{name} rewritten as {REWRITE_WITH}": n for name, n in sorted(done.items())}
 
 
 _ASPECTS = [{"aspect": "An aspect", "evidence": "[p1] 'sample'", "reason": "A reason."}]
@@ -463,16 +392,17 @@ _REWRITE = {
 
 
 def preflight(cfg) -> None:
-    """The rejected prompt's strategies table holds every strategy the config names."""
+    """Every strategy the config names is a strategy module or in the rejected prompt's
+    `strategies:` table."""
     rejected = load_prompt(cfg.generation.rejected_prompt)
-    known = rejected.extra.get("strategies", {})
-    unknown = sorted(set(cfg.generation.strategies or ()) - set(known))
-    if not known:
+    table = rejected.extra.get("strategies", {})
+    unknown = sorted(set(cfg.generation.strategies or ()) - set(known(table)))
+    if not table and not cfg.generation.strategies:
         raise PromptError(f"{rejected.path}: has no `strategies:` table (name at least one)")
     if unknown:
         raise PromptError(
-            f"{rejected.path}: config generation.strategies names {unknown}, "
-            f"which the prompt's strategies table does not define"
+            f"{rejected.path}: config generation.strategies names {unknown}, which neither "
+            f"the prompt's strategies table nor pipeline/strategies/ defines"
         )
 
 

@@ -1,0 +1,102 @@
+"""persona_rewrite, the rewrite design's strategy (`generation.design: rewrite`): one base
+answer, rewritten for the user (chosen) and for a contrasting user (rejected), one concrete
+instruction per dimension on which the two differ (prompts/rewrite.yaml's `directions`), with
+each user's own words; kept if at least one difference shows in the text (pipeline/realised.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pipeline.calls import LLMError
+from pipeline.realised import echoed, realised
+from pipeline.records import Difference, Pair
+from pipeline.strategies.base import StrategySpec
+from pipeline.text import unwrap
+
+
+async def write(w, rec, name: str):
+    task = rec.task
+    g = w.ctx.cfg.generation
+    directions = w.prompts["chosen"].extra["directions"]
+    signs = w.prompts["chosen"].extra.get("signs", {})
+    if task.task_id not in w.partners:
+        return w.dropped(rec, "no_contrast", f"{task.persona.persona_id} has nobody to contrast")
+    other, _, _, prefs_b = w.partners[task.task_id]
+    mine = {p.dimension: (p.level, p.statement) for p in task.persona.preferences}
+    theirs = {p["dimension"]: (p["level"], p["statement"]) for p in prefs_b}
+    dims = [
+        d
+        for d in g.dimensions
+        if d in mine
+        and d in theirs
+        and mine[d][0] != theirs[d][0]
+        and {mine[d][0], theirs[d][0]} <= set(directions[d])
+    ][: g.dimensions_per_pair]
+    if not dims:
+        return w.dropped(
+            rec,
+            "no_contrast",
+            f"{task.persona.persona_id} and {other} differ on none of {g.dimensions}",
+        )
+    side = {"question": task.question, "word_budget": w.budget}
+
+    def told(who: dict) -> dict:
+        return {
+            "statements": [who[d][1] for d in dims],
+            "instructions": [directions[d][who[d][0]] for d in dims],
+        }
+
+    try:
+        base = await w.ask("base_answer", w.tokens, **side)
+        side["base"] = base.value
+        # asked together, so they queue side by side: the server's prompt cache reuses the
+        # evaluated system message, base answer and question of the first for the second
+        chosen, rejected = await asyncio.gather(
+            w.ask("chosen", w.tokens, **side, **told(mine)),
+            w.ask("rejected", w.tokens, **side, **told(theirs)),
+        )
+    except LLMError as e:
+        return w.failed(rec, e)
+    texts = (unwrap(chosen.value, "answer"), unwrap(rejected.value, "answer"))
+    for role, text, who in (("chosen", texts[0], mine), ("rejected", texts[1], theirs)):
+        if said := echoed(text, told(who)["instructions"]):
+            return w.dropped(
+                rec, "instructions_echoed", f"{role} repeats its instruction: {said!r}"
+            )
+    differences = [
+        Difference(
+            dimension=d,
+            chosen=mine[d][0],
+            rejected=theirs[d][0],
+            realised=realised(d, (mine[d][0], theirs[d][0]), texts, signs.get(d)),
+        )
+        for d in dims
+    ]
+    if not any(x.realised for x in differences):
+        shown = ", ".join(f"{x.dimension} {x.chosen}/{x.rejected}" for x in differences)
+        return w.dropped(rec, "difference_not_realised", f"none of {shown} shows in the text")
+    return Pair(
+        pair_id=w.pair_id(task),
+        task=task,
+        rubric_aspects=rec.rubric_aspects,
+        narrative=rec.narrative,
+        key_points=[],
+        chosen=texts[0],
+        rejected=texts[1],
+        rejected_strategy=name,
+        rejected_for=other,
+        generator_model=w.model,
+        prompt_versions=w.versions,
+        calls={"base_answer": base.key, "chosen": chosen.key, "rejected": rejected.key},
+        differences=differences,
+    )
+
+
+STRATEGY = StrategySpec(
+    "persona_rewrite",
+    "the shared base answer rewritten for a contrasting user of the same category",
+    write,
+    # couples differ where a rewrite can show it: on the dimensions the design rewrites
+    couples=lambda generation: dict.fromkeys(generation.dimensions, 100),
+)
