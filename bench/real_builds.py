@@ -1,8 +1,9 @@
 """What a recorded real-model build cost and shows (issue 37, item 6), from its replay fixture
 (tests/real_model/NAME.json.gz) and, when given, the run folder it was recorded in:
 responses and tokens by task, calls and tokens per released pair, the funnel with each stage's
-drop reasons (the floor's and the artifact gate's among the filters'), and every probe with its
-n and 95% interval.
+drop reasons (the floor's and the artifact gate's among the filters'), where the time went per
+model stage (wall time, seconds the model was busy and idle, prompt tokens sent and evaluated,
+generated tokens, retries, cut-offs: issue 47), and every probe with its n and 95% interval.
 
     .venv/bin/python bench/real_builds.py NAME [--run-dir outputs/NAME]
 
@@ -58,6 +59,10 @@ def main() -> None:
         changed = ", ".join(f"{k} {v}" for k, v in (row.get("changed") or {}).items())
         extra = "; ".join(x for x in (why, changed) if x)
         print(f"  {row['stage']:<18} {row['count']:>5}" + (f"  ({extra})" if extra else ""))
+    stats = {}
+    if args.run_dir and (args.run_dir / "run_stats.json").exists():
+        stats = json.loads((args.run_dir / "run_stats.json").read_text())
+    where_time_went(stats.get("usage") or fx.get("usage") or {}, stats.get("stages") or {})
     v = fx["validity"]
     print(f"probes (verdict: {v['verdict']}, {v['pairs']} pairs):")
     for family in v["families"]:
@@ -78,6 +83,30 @@ def main() -> None:
             else ""
         )
     )
+
+
+def where_time_went(usage: dict, stages: dict) -> None:
+    """Per stage that called the model: this run's calls (cache hits apart), wall time and the
+    seconds the model was busy (idle: prb's own work or waits), prompt tokens sent and those
+    evaluated (sent less the server's prompt cache), generated tokens, retries, cut-offs."""
+    print("where the time went (this run's calls; a recording from a cache counts only the new):")
+    for name, u in sorted(usage.items()):
+        spent = stages.get(name, {})
+        sent, cached = u.get("prompt_tokens", 0), u.get("cached_prompt_tokens", 0)
+        wall = spent.get("wall_s")
+        busy = spent.get("model_busy_s", u.get("busy_s"))
+        timing = (
+            f"wall {wall:,.0f} s, model busy {busy:,.0f} s, idle {wall - busy:,.0f} s; "
+            if wall is not None and busy is not None
+            else ""
+        )
+        print(
+            f"  {name:<8} {u.get('calls', 0)} calls ({u.get('cache_hits', 0)} cache hits); "
+            f"{timing}prompt tokens sent {sent:,}, evaluated {sent - cached:,} "
+            f"({cached / sent if sent else 0:.0%} from the server's cache); generated "
+            f"{u.get('completion_tokens', 0):,}; retries {u.get('retries') or {}}; "
+            f"failures {u.get('failures') or {}}"
+        )
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ client, and backends can raise them without importing each other."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -143,22 +144,46 @@ class StageUsage:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     reasoning_tokens: int = 0  # of completion_tokens: thinking that never reaches parsing
+    # of prompt_tokens: those the server took from its prompt cache instead of evaluating
+    # (`prompt_tokens_details.cached_tokens`, where the endpoint says)
+    cached_prompt_tokens: int = 0
     retries: Counter = field(default_factory=Counter)  # by exception kind
     failures: Counter = field(default_factory=Counter)
+    # seconds with at least one request of the stage at the endpoint: a stage's wall time
+    # less this is time the model sat idle waiting for prb
+    busy_s: float = 0.0
+    _in_flight: int = 0
+    _since: float = 0.0
 
     def add_tokens(self, tokens: dict) -> None:
         """Count a completion's `usage` (an online answer or a batch line: the same dict)."""
         self.prompt_tokens += tokens.get("prompt_tokens") or 0
         self.completion_tokens += tokens.get("completion_tokens") or 0
         self.reasoning_tokens += tokens.get("reasoning_tokens") or 0
+        details = tokens.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            self.cached_prompt_tokens += details.get("cached_tokens") or 0
+
+    def sent(self) -> None:
+        """A request went to the endpoint (pair each with `answered`)."""
+        if not self._in_flight:
+            self._since = time.monotonic()
+        self._in_flight += 1
+
+    def answered(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self.busy_s += time.monotonic() - self._since
 
     def as_dict(self) -> dict:
         return {
             "calls": self.calls,
             "cache_hits": self.cache_hits,
             "prompt_tokens": self.prompt_tokens,
+            **({"cached_prompt_tokens": c} if (c := self.cached_prompt_tokens) else {}),
             "completion_tokens": self.completion_tokens,
             **({"reasoning_tokens": self.reasoning_tokens} if self.reasoning_tokens else {}),
             "retries": dict(sorted(self.retries.items())),
             "failures": dict(sorted(self.failures.items())),
+            "busy_s": round(self.busy_s, 3),
         }

@@ -171,3 +171,16 @@ def test_cached_prompt_tokens_are_counted_and_priced_at_the_cached_rate(tmp_path
     expected = ((prompt - cached) * 1.0 + cached * 0.25 + completion * 2.0) / 1e6
     assert block["total_cost"] == pytest.approx(expected, abs=1e-5)
     assert block["total_tokens"] == prompt + completion  # cached tokens are not counted twice
+    # issue 47: where the time went, in run_stats.json: cached tokens beside those evaluated,
+    # and each model stage's seconds at the endpoint against its wall time
+    run_stats = json.loads((Path(result["run_dir"]) / "run_stats.json").read_text())
+    usage = run_stats["usage"]
+    assert sum(u.get("cached_prompt_tokens", 0) for u in usage.values()) == cached
+    for name, spent in run_stats["stages"].items():
+        calls = usage.get(name, {}).get("calls", 0)
+        assert ("model_busy_s" in spent) == (calls > 0), (name, spent)
+        if calls:
+            assert 0 < spent["model_busy_s"] <= spent["wall_s"] + 0.01
+            assert spent["model_idle_s"] == pytest.approx(
+                spent["wall_s"] - spent["model_busy_s"], abs=0.01
+            )

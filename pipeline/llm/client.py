@@ -315,6 +315,7 @@ class LLM:
         async with self.semaphore:
             estimate = await limiter.acquire(cost)
             usage.calls += 1
+            usage.sent()
             try:
                 reply = await self.backend.send(req)
             except EndpointError as e:
@@ -324,6 +325,8 @@ class LLM:
             except BaseException:
                 limiter.observe(None)  # no answer: nothing learnt, but nobody waits on it
                 raise
+            finally:
+                usage.answered()
             limiter.observe(reply.headers, reply.status)
         usage.add_tokens(reply.tokens)
         limiter.settle(estimate, charged(reply.tokens, req.params))

@@ -107,6 +107,13 @@ async def build(
                 "wall_s": round(time.monotonic() - t0, 3),
                 "peak_rss_gib": peak_rss_gib(),
             }
+            if (u := llm.usage.get(stage.name)) is not None and u.calls:
+                # where a model stage's time went: requests at the endpoint, or prb's own work
+                # (and waits) while the model sat idle
+                spent[stage.name]["model_busy_s"] = round(u.busy_s, 3)
+                spent[stage.name]["model_idle_s"] = round(
+                    max(0.0, spent[stage.name]["wall_s"] - u.busy_s), 3
+                )
         release_dir = previous
     except BaseException:
         failed = True
