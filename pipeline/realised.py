@@ -87,6 +87,29 @@ def realised(
     return None
 
 
+def visible(dimension: str, levels: tuple[str, str]) -> bool:
+    """Whether a difference between these two levels can show at all (two lists never do:
+    see `realised`): a couple is not asked to write one that cannot."""
+    return not (dimension == "format" and set(levels) <= LISTS)
+
+
+def could_show(
+    dimension: str,
+    levels: tuple[str, str],
+    text: str,
+    signs: dict[str, list[str]] | None = None,
+) -> bool:
+    """Chosen's half of `realised`: False when chosen's text alone already rules the
+    difference out (it leans to the other user's level, or is not in its own user's layout),
+    so the rejected rewrite need not be asked; True where it takes both texts to tell."""
+    a, b = levels
+    if signs and a in signs and b in signs:
+        return shown(text, signs[a]) > shown(text, signs[b])
+    if dimension == "format":
+        return visible(dimension, levels) and layout(text) == a
+    return True
+
+
 ECHO = 6  # words in a row: a rewrite that repeats this much of what it was told echoed it
 
 

@@ -12,7 +12,7 @@ import yaml
 from conftest import build, write_config
 
 from pipeline.llm.prompts import load_prompt
-from pipeline.realised import echoed, explanations, layout, realised
+from pipeline.realised import could_show, echoed, explanations, layout, realised, visible
 from pipeline.records import Pair, RubricRecord
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,6 +66,42 @@ def test_a_dimension_with_signs_is_verified_by_the_words_that_show_each_level():
     cheap, dear = "Buy a free app and cheap paper.", "Buy the best-quality paper; worth paying."
     assert realised("constraints", ("tight_budget", "flexible_budget"), (cheap, dear), budget)
     assert not realised("constraints", ("flexible_budget", "tight_budget"), (cheap, dear), budget)
+
+
+def test_chosen_alone_rules_a_difference_out_only_where_both_could_not_show_it():
+    """Issue 47 item 4: the rejected rewrite is asked only if chosen's text leaves the
+    difference possible; `could_show` is chosen's half of `realised`, so no pair that would
+    have been released is lost (realised implies could_show, on every case below)."""
+    signs = load_prompt("rewrite").extra["signs"]
+    uk = "Start with a cheap set of pans from a shop in the UK, then practise daily."
+    india = "Start with a cheap set of pans from a shop in India, then practise daily."
+    nowhere = "Start with a cheap set of pans from a shop, then practise daily."
+    cheap, dear = "Buy a free app and cheap paper.", "Buy the best-quality paper; worth paying."
+    cases = [
+        ("cultural_context", ("european", "south_asian"), signs["cultural_context"]),
+        ("cultural_context", ("south_asian", "european"), signs["cultural_context"]),
+        ("constraints", ("tight_budget", "flexible_budget"), signs["constraints"]),
+        ("constraints", ("flexible_budget", "tight_budget"), signs["constraints"]),
+        ("format", ("step_by_step", "prose"), None),
+        ("format", ("prose", "bulleted_list"), None),
+        ("format", ("step_by_step", "bulleted_list"), None),
+        ("depth", ("in_depth", "brief"), None),
+    ]
+    texts = [uk, india, nowhere, cheap, dear, STEPS, BULLETS, PROSE]
+    ruled_out = 0
+    for dim, levels, words in cases:
+        for x in texts:
+            possible = could_show(dim, levels, x, words)
+            ruled_out += not possible
+            for y in texts:
+                if realised(dim, levels, (x, y), words):
+                    assert possible, (dim, levels, x, y)
+    assert ruled_out > len(cases)  # it does rule pairs out, or it saves nothing
+    assert not could_show(
+        "cultural_context", ("european", "south_asian"), nowhere, signs["cultural_context"]
+    )
+    assert not visible("format", ("step_by_step", "bulleted_list"))
+    assert visible("format", ("prose", "bulleted_list")) and visible("tone", ("casual", "formal"))
 
 
 def test_a_rewrite_that_repeats_its_instruction_is_caught():
@@ -138,7 +174,14 @@ def test_a_rewrite_build_contrasts_users_on_what_its_text_shows(rewritten):
             assert mine[d.dimension] == d.chosen != d.rejected
         # at most two, the first of the listed dimensions on which the two users differ
         theirs = {x.dimension: x.level for x in by_id[p.rejected_for].preferences}
-        differ = [d for d in ORDER if d in mine and d in theirs and mine[d] != theirs[d]]
+        differ = [
+            d
+            for d in ORDER
+            if d in mine
+            and d in theirs
+            and mine[d] != theirs[d]
+            and visible(d, (mine[d], theirs[d]))  # two lists never show: not asked
+        ]
         assert [d.dimension for d in p.differences] == differ[:2]
         partner = by_user.get(p.rejected_for)
         if partner is not None:  # couples are mutual: the same base answer, both ways

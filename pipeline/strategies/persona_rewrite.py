@@ -6,11 +6,9 @@ each user's own words; kept if at least one difference shows in the text (pipeli
 
 from __future__ import annotations
 
-import asyncio
-
 from pipeline.calls import LLMError
-from pipeline.realised import echoed, realised
-from pipeline.records import Difference, Pair
+from pipeline.realised import could_show, echoed, realised, visible
+from pipeline.records import Difference, Dropped, Pair
 from pipeline.strategies.base import StrategySpec
 from pipeline.text import unwrap
 
@@ -32,6 +30,7 @@ async def write(w, rec, name: str):
         and d in theirs
         and mine[d][0] != theirs[d][0]
         and {mine[d][0], theirs[d][0]} <= set(directions[d])
+        and visible(d, (mine[d][0], theirs[d][0]))
     ][: g.dimensions_per_pair]
     if not dims:
         return w.dropped(
@@ -47,23 +46,33 @@ async def write(w, rec, name: str):
             "instructions": [directions[d][who[d][0]] for d in dims],
         }
 
-    try:
-        base = await w.ask("base_answer", w.tokens, **side)
-        side["base"] = base.value
-        # asked together, so they queue side by side: the server's prompt cache reuses the
-        # evaluated system message, base answer and question of the first for the second
-        chosen, rejected = await asyncio.gather(
-            w.ask("chosen", w.tokens, **side, **told(mine)),
-            w.ask("rejected", w.tokens, **side, **told(theirs)),
-        )
-    except LLMError as e:
-        return w.failed(rec, e)
-    texts = (unwrap(chosen.value, "answer"), unwrap(rejected.value, "answer"))
-    for role, text, who in (("chosen", texts[0], mine), ("rejected", texts[1], theirs)):
+    def shows(text: str, who: dict, role: str) -> Dropped | None:
         if said := echoed(text, told(who)["instructions"]):
             return w.dropped(
                 rec, "instructions_echoed", f"{role} repeats its instruction: {said!r}"
             )
+        return None
+
+    try:
+        base = await w.ask("base_answer", w.tokens, **side)
+        side["base"] = base.value
+        chosen = await w.ask("chosen", w.tokens, **side, **told(mine))
+        first = unwrap(chosen.value, "answer")
+        if bad := shows(first, mine, "chosen"):
+            return bad
+        # the rejected rewrite is asked only if chosen's text leaves a difference possible:
+        # most unrealised pairs fail on chosen's side, and the call after it buys nothing
+        if not any(could_show(d, (mine[d][0], theirs[d][0]), first, signs.get(d)) for d in dims):
+            shown = ", ".join(f"{d} {mine[d][0]}/{theirs[d][0]}" for d in dims)
+            return w.dropped(
+                rec, "difference_not_realised", f"chosen shows none of {shown}: not rewritten"
+            )
+        rejected = await w.ask("rejected", w.tokens, **side, **told(theirs))
+    except LLMError as e:
+        return w.failed(rec, e)
+    texts = (first, unwrap(rejected.value, "answer"))
+    if bad := shows(texts[1], theirs, "rejected"):
+        return bad
     differences = [
         Difference(
             dimension=d,
