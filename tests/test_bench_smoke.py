@@ -43,6 +43,10 @@ SMOKE = {  # script -> (arguments at the smallest size, what its output must sho
     "rl_step.py": (["--steps", "1", "--batch", "2", "--generations", "2", "--tokens", "8"], "step"),
     "prompt_cache.py": ([], "cached"),
     "real_builds.py": (["demo-local"], "pairs released"),
+    "remote_build.py": (
+        ["--simulator", "--config", "configs/local.yaml", "--per-category", "2"],
+        "pairs/h",
+    ),
     "blind_read.py": (["items", RELEASE, "--out", "blind"], "items in"),
 }
 
@@ -72,3 +76,19 @@ def test_the_bench_script_runs_at_its_smallest_size(script, tmp_path):
     assert done.returncode == 0, out[-3000:]
     assert shows in out, out[-3000:]
     assert "Traceback" not in out
+
+
+def test_the_vllm_recipe_is_real_fit_on_a_server():
+    """configs/vllm.yaml (issue 47 item 5) builds what configs/real-fit.yaml builds, only
+    written by a served model: the same personas, rubrics, generation, filters and judge."""
+    import yaml
+
+    from pipeline.config import load_config
+
+    gpu, cpu = (
+        yaml.safe_load((REPO / "configs" / n).read_text()) for n in ("vllm.yaml", "real-fit.yaml")
+    )
+    for section in ("personas", "rubrics", "generation", "filters", "qualification", "seed"):
+        assert gpu[section] == cpu[section], section
+    cfg = load_config(str(REPO / "configs" / "vllm.yaml"))
+    assert cfg.model.structured_output == "json_schema" and cfg.model.concurrency > 1
