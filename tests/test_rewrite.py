@@ -191,6 +191,9 @@ def test_a_rewrite_build_contrasts_users_on_what_its_text_shows(rewritten):
     manifest = json.loads((rewritten / "release" / "manifest.json").read_text())
     assert manifest["config"]["generation"]["design"] == "rewrite"
     assert {"base_answer", "rewrite"} <= set(manifest["prompts"])
+    # issue 46: the card says which signal selected the pairs and which evaluates them
+    card = (rewritten / "release" / "README.md").read_text()
+    assert "selected by that model-free reading alone" in card and "--position-free" in card
 
 
 def test_a_rewrite_builds_release_verifies(rewritten):

@@ -71,7 +71,14 @@ def recipe_note(cfg: dict) -> str:
             "`rejected` for a contrasting user of the same category, one instruction per "
             f"dimension on which the two differ (of: {dims}), with each user's own words. A pair "
             "is released only if at least one intended difference shows in the text, read "
-            "model-free (layout by list markers, depth by length, expertise by explained terms)."
+            "model-free (each answer naming its own user's level in the words that level shows, "
+            "prose against a list, depth by length, expertise by explained terms)."
+        )
+        lines.append(
+            "Selected by, evaluated by: the pairs were selected by that model-free reading "
+            "alone (pipeline/realised.py; no model judged fit). The probes below are model-free "
+            "too; `prb audit RELEASE --position-free` asks a judge, which selected nothing, "
+            "whether each answer fits its user, a contrasting user and no user."
         )
     profile = cfg.get("profile", {})
     if profile.get("top_k"):
