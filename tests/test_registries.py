@@ -645,6 +645,8 @@ def test_twelve_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_ur
     made = {p["rejected_strategy"] for p in pairs}
     assert made == {"wrong_depth", "generic_answer"}, made
     assert {r["rejected_strategy"] for r in rows} <= made and "`wrong_depth`" in card
+    if "generic_answer" in {r["rejected_strategy"] for r in rows}:  # the module's own words
+        assert "(the answer for no one in particular)" in card
     generic = [p for p in pairs if p["rejected_strategy"] == "generic_answer"]
     assert all(p["rejected_for"] is None and p["rejected"] != p["chosen"] for p in generic)
     # the source: its users, its categories (from the data) and its file in the fingerprint

@@ -13,6 +13,7 @@ import datasets
 import jinja2
 import yaml
 
+from pipeline import strategies
 from pipeline.annotation.verdicts import card_section as annotation_card
 from pipeline.checks import CHECKS, setting_names
 from pipeline.paths import TEMPLATES
@@ -354,7 +355,9 @@ def render_card(
         "reasons_md": _table(["reason", "records"], [[f"`{k}`", v] for k, v in reasons.items()])
         if reasons
         else "No record was dropped.",
-        "strategies": ", ".join(f"`{k}` {v}" for k, v in stats["rejected_strategies"].items())
+        "strategies": "; ".join(
+            f"`{k}` {v} ({strategies.about(k)})" for k, v in stats["rejected_strategies"].items()
+        )
         or "none",
         "validity_md": validity_md(manifest.validity),
         "qualification_md": qualification_md(manifest.judge_qualification),

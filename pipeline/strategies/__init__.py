@@ -41,6 +41,15 @@ def spec(name: str, table: dict[str, str]) -> StrategySpec:
     raise PrbError(f"no rejected strategy {name!r}: {', '.join(known(table))} are")
 
 
+def about(name: str) -> str:
+    """What the card says of strategy `name` (a released row's `rejected_strategy`)."""
+    if name != INSTRUCTED and name in STRATEGIES.names():
+        found = STRATEGIES.get(name)
+        if isinstance(found, StrategySpec):
+            return found.about
+    return STRATEGIES.get(INSTRUCTED).about
+
+
 def known(table: dict[str, str]) -> list[str]:
     """Every strategy a config may name: the modules' and the table's."""
     own = [n for n in STRATEGIES.names() if n != INSTRUCTED]

@@ -25,6 +25,6 @@ async def write(w, rec, name: str):
 
 STRATEGY = StrategySpec(
     "instructed",
-    "the rejected prompt told the aspects to miss and one named way to miss them",
+    "the rejected prompt, told the aspects to miss and this named way to miss them",
     write,
 )
