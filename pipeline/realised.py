@@ -113,9 +113,17 @@ def could_show(
 ECHO = 6  # words in a row: a rewrite that repeats this much of what it was told echoed it
 
 
+# the instructions call the reader "this user"; an answer never should ("The best-quality
+# options are available for this user": real-fit v3, 4 answers of 76 released pairs)
+_THIS_USER = re.compile(r"\bthis user\b", re.IGNORECASE)
+
+
 def echoed(text: str, told: list[str]) -> str | None:
     """The first run of ECHO words of an instruction that the text repeats (a 1.5B writes
-    "Lay it out as numbered steps in the order to do them" into its answer), or None."""
+    "Lay it out as numbered steps in the order to do them" into its answer), or the
+    instructions' "this user" written into it, or None."""
+    if any(_THIS_USER.search(t) for t in told) and (found := _THIS_USER.search(text)):
+        return found.group(0).lower()
     seen = runs(text, ECHO)
     for instruction in told:
         said = [w.lower() for w in words(instruction)]

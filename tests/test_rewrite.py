@@ -115,6 +115,10 @@ def test_a_rewrite_that_repeats_its_instruction_is_caught():
     assert echoed("- " + rich, [rich, steps])
     clean = "1. Open the aperture wide.\n2. Raise the ISO a step at a time, in order."
     assert echoed(clean, [steps, rich]) is None
+    # real-fit v3: the instruction's "this user", paraphrased around (no six words in a row)
+    said = "The best-quality options are available for this user, and they are worth it."
+    assert echoed(said, [rich]) == "this user"
+    assert echoed("Check the user manual first.", [rich]) is None
 
 
 def test_every_level_a_rewrite_can_be_told_can_be_seen():
