@@ -17,8 +17,9 @@ from pipeline.errors import PrbError
 from pipeline.registry import Registry
 from pipeline.strategies.base import StrategySpec
 
-# every module of this package but base.py and instructed.py declares `STRATEGY` (named after
-# the module); a plugin adds a StrategySpec or an instruction (a string)
+# every module of this package but base.py declares `STRATEGY`, named after the module
+# (instructed.py's writes every strategy of the rejected prompt's table, so configs never name
+# it); a plugin adds a StrategySpec or an instruction (a string)
 STRATEGIES: Registry[StrategySpec | str] = Registry(
     "strategies", (StrategySpec, str), package=__name__, attr="STRATEGY"
 )
