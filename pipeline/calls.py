@@ -152,8 +152,8 @@ class StageUsage:
     # seconds with at least one request of the stage at the endpoint: a stage's wall time
     # less this is time the model sat idle waiting for prb
     busy_s: float = 0.0
-    _in_flight: int = 0
-    _since: float = 0.0
+    _in_flight: int = field(default=0, repr=False)
+    _since: float = field(default=0.0, repr=False)
 
     def add_tokens(self, tokens: dict) -> None:
         """Count a completion's `usage` (an online answer or a batch line: the same dict)."""

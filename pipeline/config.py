@@ -69,6 +69,9 @@ class RubricsConfig(Section):
     # them and how many of them the planner found (the audit's agreement figure); stated: a
     # library user's own preference statements, no call (the planner for a user with none)
     source: Literal["planner", "imported", "both", "stated"] = "planner"
+    # a planner aspect that names nothing of its user (pipeline/stages/rubrics.py `generic`) is
+    # not used; a plan with none left is dropped as planner_generic
+    refuse_generic: bool = True
 
 
 class ProfileConfig(Section):

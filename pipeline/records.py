@@ -337,6 +337,7 @@ class RubricRecord(Record):
     rubric_aspects: list[RubricAspect]
     narrative: str
     ungrounded_aspects: list[RubricAspect] = Field(default_factory=list)  # removed: no evidence
+    generic_aspects: list[RubricAspect] = Field(default_factory=list)  # removed: not this user's
     calls: dict[str, str] = Field(default_factory=dict)  # call name -> response-cache key
     source: Literal["planner", "imported", "both", "stated"] = "planner"
     planner_aspects: list[RubricAspect] = Field(default_factory=list)  # source both: beside

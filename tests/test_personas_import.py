@@ -15,6 +15,9 @@ from pipeline.personas.importer import load_external
 from pipeline.records import Persona, Task
 
 CATEGORIES = ["Art_and_Entertainment", "Lifestyle_and_Personal_Development", "Society_and_Culture"]
+# a word of each user's own (a plan that names nothing of its user is refused)
+HOBBY = {"c0u0": "pottery", "c0u1": "fencing", "c1u0": "baking", "c1u1": "rowing"}
+HOBBY |= {"c2u0": "chess", "c2u1": "birding"}
 
 
 def rows() -> list[dict]:
@@ -23,7 +26,11 @@ def rows() -> list[dict]:
     for c, category in enumerate(CATEGORIES):
         for u in range(2):
             profile = [
-                {"id": f"c{c}u{u}-{k}", "category": category, "text": f"post {k} of c{c}u{u}"}
+                {
+                    "id": f"c{c}u{u}-{k}",
+                    "category": category,
+                    "text": f"post {k} of c{c}u{u} on {HOBBY[f'c{c}u{u}']}",
+                }
                 for k in range(3)
             ]
             profile[2]["category"] = None  # falls back to the record's category
@@ -69,7 +76,7 @@ def test_import_maps_fields(tmp_path, fmt):
     ]
     assert p.category == CATEGORIES[1] and p.narrative == "c1u1 wants short answers."
     assert [(i.id, i.text) for i in p.profile] == [
-        (f"c1u1-{k}", f"post {k} of c1u1") for k in range(3)
+        (f"c1u1-{k}", f"post {k} of c1u1 on rowing") for k in range(3)
     ]
     assert {i.category for i in p.profile} == {CATEGORIES[1]}
     assert p.source == f"import:users.{fmt}" and p.preferences == []

@@ -91,6 +91,7 @@ def collect(pair_id: str, run: str | None = None) -> dict:
         "run_dir": str(run_dir),
         "pair": pair.model_dump(mode="json"),
         "ungrounded_aspects": [a.model_dump() for a in rubric.ungrounded_aspects] if rubric else [],
+        "generic_aspects": [a.model_dump() for a in rubric.generic_aspects] if rubric else [],
         "filter": None
         if verdict is None
         else verdict.model_dump(
@@ -138,6 +139,8 @@ def render(info: dict, console: Console) -> None:
             f"[yellow]ungrounded (not used):[/yellow] {escape(a['aspect'])} — "
             f"{escape(a['evidence'])}"
         )
+    for a in info["generic_aspects"]:
+        console.print(f"[yellow]generic (not used):[/yellow] {escape(a['aspect'])}")
     console.print(f"[bold]narrative[/bold] {escape(p['narrative'])}")
     console.print(
         "[bold]key points[/bold]\n" + "\n".join(f"- {escape(k)}" for k in p["key_points"])

@@ -283,7 +283,6 @@ STYLES = [
         "Most of this is more fun for you with other people.",
     ),
 ]
-STYLE_BY_ASPECT = {s.aspect.lower(): s for s in STYLES}
 STYLE_BY_TAG = {s.tag: s for s in STYLES}
 FALLBACK = Style(
     "personal",
@@ -375,6 +374,14 @@ def bullets(block: str) -> list[str]:
 # --- tasks ------------------------------------------------------------------------------------
 
 
+def theirs(text: str, style: Style) -> str:
+    """The user's own words an aspect rests on, quoted: a few words around the cue (a good
+    planner names what this user wrote; prb refuses an aspect any user would get)."""
+    found = style.cue.search(text)
+    at = len(text[: found.start()].split()) if found else 0
+    return "'" + " ".join(text.split()[max(at - 3, 0) : at + 7]).rstrip(".,;:!?") + "'"
+
+
 def planner(t: dict[str, str], rng: random.Random) -> str:
     items = ITEM.findall(t.get("profile", ""))
     aspects, used = [], set()
@@ -386,7 +393,7 @@ def planner(t: dict[str, str], rng: random.Random) -> str:
             quote = hits[0][1][:60].rstrip()
             aspects.append(
                 {
-                    "aspect": style.aspect,
+                    "aspect": f"{style.aspect}, as they wrote {theirs(hits[0][1], style)}",
                     "evidence": f"{ids} '{quote}'",
                     "reason": f"The profile shows this in {len(hits)} item(s); an answer to this "
                     "question that ignored it would not fit the user.",
@@ -398,7 +405,7 @@ def planner(t: dict[str, str], rng: random.Random) -> str:
         i, text = items[0]
         aspects.append(
             {
-                "aspect": FALLBACK.aspect,
+                "aspect": f"{FALLBACK.aspect}, as they wrote {theirs(text, FALLBACK)}",
                 "evidence": f"[{i}] '{text[:60].rstrip()}'",
                 "reason": "The user writes from a specific situation the answer should reflect.",
             }
@@ -439,10 +446,16 @@ def layout(points: list[str], fmt: str) -> str:
 def style_of(aspect: str) -> Style:
     """The style an aspect asks for: the planner's own words, else the first style whose cue
     the aspect's words carry (imported users' aspects are free text), else FALLBACK."""
-    exact = STYLE_BY_ASPECT.get(aspect.lower())
-    if exact or aspect.lower() == FALLBACK.aspect.lower():
-        return exact or FALLBACK
+    own = planners_own(aspect)
+    if own:
+        return own
     return next((s for s in STYLES if s.cue.search(aspect)), FALLBACK)
+
+
+def planners_own(aspect: str) -> Style | None:
+    """The style whose aspect the planner wrote (its words, then what the user wrote)."""
+    low = aspect.lower()
+    return next((s for s in [*STYLES, FALLBACK] if low.startswith(s.aspect.lower())), None)
 
 
 def styles_of(aspects: list[str]) -> list[Style]:
@@ -666,7 +679,7 @@ def judge_quality(t: dict[str, str], rng: random.Random) -> str:
 
 
 def satisfies(style: Style, aspect: str, answer: str) -> bool:
-    if style is FALLBACK and aspect.lower() != FALLBACK.aspect.lower():
+    if style is FALLBACK and planners_own(aspect) is not FALLBACK:
         return len(set(keywords(aspect)) & set(keywords(answer))) >= 2
     if style.tag in {"bullets", "steps"}:
         return any(line.startswith(style.marker) for line in answer.splitlines())

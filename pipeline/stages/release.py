@@ -209,6 +209,8 @@ HINTS = {  # what to do about the usual cause of a stage losing every record
     "bad_request": "the endpoint rejected the requests: check the model name and its limits",
     "content_filter": "the provider's content filter refused every answer",
     "ungrounded": "no plan cited the profile: check the planner model and prompt",
+    "generic": "every plan's aspects were ones any user would get: give users stated "
+    "preferences (rubrics.source: stated) or use a stronger planner model",
 }
 
 
@@ -255,7 +257,8 @@ async def run(ctx: RunContext, annotations: list[AnnotationRecord]) -> StageRepo
         pid = f.pair.pair_id
         if f.kept and pid in verdicts and releasable(cfg, verdicts[pid]):
             order.setdefault(f.pair.task.category, []).append((pid, offset))
-            written_for |= {f.pair.rejected_for} if f.pair.rejected_for else set()
+            if f.pair.rejected_for:
+                written_for.add(f.pair.rejected_for)
     profiles = {
         p.persona_id: [i.model_dump() for i in p.profile]
         for p in ctx.read(Persona)
