@@ -3,9 +3,11 @@
 stage's own rule (pipeline/stages/rubrics.py `distinctive`, `generic`).
 
     .venv/bin/python bench/generic_aspects.py RUN_DIR [RUN_DIR ...] [--examples N]
+    .venv/bin/python bench/generic_aspects.py --recorded real-default real-instructed
 
-A recorded real build's run folder comes from its fixture with no model running:
-`tests/real_model/record.py NAME --refresh --keep DIR` (DIR/outputs/NAME). Prints, per run,
+`--recorded NAME` rebuilds a recorded real build offline from its fixture
+(tests/real_model/NAME.json.gz, no model running) into a temporary folder and reads that run.
+Prints, per run,
 the aspects used, the share that are generic with its Wilson interval, the tasks whose every
 aspect is generic (the plans the refusal drops), and examples of both kinds.
 """
@@ -13,22 +15,53 @@ aspect is generic (the plans the refusal drops), and examples of both kinds.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import sys
+import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "real_model")]
+from _prefect import isolate, prefect_server  # noqa: E402  (bench/ is on sys.path)
+
 from pipeline.records import RubricRecord  # noqa: E402
 from pipeline.stages.rubrics import distinctive, generic  # noqa: E402
 from pipeline.stats import wilson  # noqa: E402
 
 
+def replayed(name: str, tmp: Path) -> Path:
+    """The run folder of recording `name`, rebuilt offline from its fixture."""
+    from record import fixture_path, read_fixture, replay_config
+
+    from pipeline.run.flow import build
+
+    outputs = tmp / name / "outputs"
+    outputs.mkdir(parents=True)
+    result = asyncio.run(
+        build(str(replay_config(name, read_fixture(fixture_path(name)), outputs)), {})
+    )
+    return Path(result["run_dir"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("run_dirs", nargs="+", type=Path)
+    ap.add_argument("run_dirs", nargs="*", type=Path)
+    ap.add_argument("--recorded", nargs="+", default=[], help="recordings to rebuild and read")
     ap.add_argument("--examples", type=int, default=4)
     args = ap.parse_args()
-    for run_dir in args.run_dirs:
+    if not args.run_dirs and not args.recorded:
+        ap.error("give a run folder or --recorded NAME")
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.recorded:
+            isolate(Path(tmp))
+            with prefect_server():
+                args.run_dirs += [replayed(n, Path(tmp)) for n in args.recorded]
+        report(args.run_dirs, args.examples)
+
+
+def report(run_dirs: list[Path], examples: int) -> None:
+    for run_dir in run_dirs:
         with (run_dir / "rubrics.jsonl").open() as f:
             recs = [RubricRecord.model_validate_json(line) for line in f if line.strip()]
         recs = [r for r in recs if r.source in ("planner", "stated") and r.calls.get("planner")]
@@ -44,17 +77,17 @@ def main() -> None:
             whole += all(flags)
         n = len(seen) + len(common)
         if not n:
-            print(f"{run_dir}: no planner aspects")
+            print(f"{run_dir.name}: no planner aspects")
             continue
         lo, hi = wilson(len(common), n)
         print(
-            f"{run_dir}: {len(words)} users, {len(recs)} planned tasks, {n} aspects used: "
+            f"{run_dir.name}: {len(words)} users, {len(recs)} planned tasks, {n} aspects used: "
             f"generic {len(common)} = {len(common) / n:.2f} [{lo:.2f}, {hi:.2f}]; "
             f"tasks whose every aspect is generic {whole} of {len(recs)}"
         )
         rng = random.Random(0)
         for label, pool in (("generic", common), ("of the user", seen)):
-            for text in rng.sample(pool, min(args.examples, len(pool))):
+            for text in rng.sample(pool, min(examples, len(pool))):
                 print(f"  {label:11} {text[:100]}")
 
 

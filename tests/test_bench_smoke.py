@@ -43,6 +43,7 @@ SMOKE = {  # script -> (arguments at the smallest size, what its output must sho
     "rl_step.py": (["--steps", "1", "--batch", "2", "--generations", "2", "--tokens", "8"], "step"),
     "prompt_cache.py": ([], "cached"),
     "real_builds.py": (["demo-local"], "pairs released"),
+    "generic_aspects.py": (["--recorded", "demo-local"], "generic"),
     "remote_build.py": (
         ["--simulator", "--config", "configs/local.yaml", "--per-category", "2"],
         "pairs/h",

@@ -570,14 +570,15 @@ def test_twelve_change_scenarios_each_touch_at_most_three_files(tmp_path, sim_ur
     with users.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["user_id", "category", "question", "posts"])
+        hobbies = ["pottery", "fencing", "baking", "rowing", "chess", "birding"]
         for i, cat in enumerate(["Arts", "Home", "Civic"] * 2):
-            w.writerow(
+            w.writerow(  # each user's own hobby: an aspect that names nothing of them is refused
                 [
                     f"u{i}",
                     cat,
                     f"How do I get better at thing number {i}?",
-                    "I am new to this and on a tight budget. || I only have ten minutes "
-                    "a day. || Please keep it short, no fluff.",
+                    f"I am new to {hobbies[i]} and on a tight budget. || I only have ten "
+                    "minutes a day. || Please keep it short, no fluff.",
                 ]
             )
     config = write_config(
