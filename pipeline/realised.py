@@ -56,6 +56,15 @@ def shown(text: str, words: list[str]) -> int:
     return len(_sign(words).findall(text)) if words else 0
 
 
+def unasked(signs: dict[str, list[str]] | None, question: str) -> dict[str, list[str]] | None:
+    """Each level's signs less the words the question itself uses: an answer restates its
+    question, which shows no user's level (demo-local: "a very busy schedule" counted as
+    time_poor on both sides of a pair whose only difference was the partner's "free or cheap")."""
+    if not signs:
+        return signs
+    return {level: [w for w in ws if not shown(question, [w])] for level, ws in signs.items()}
+
+
 def realised(
     dimension: str,
     levels: tuple[str, str],

@@ -12,7 +12,15 @@ import yaml
 from conftest import build, write_config
 
 from pipeline.llm.prompts import load_prompt
-from pipeline.realised import could_show, echoed, explanations, layout, realised, visible
+from pipeline.realised import (
+    could_show,
+    echoed,
+    explanations,
+    layout,
+    realised,
+    unasked,
+    visible,
+)
 from pipeline.records import Pair, RubricRecord
 
 REPO = Path(__file__).resolve().parent.parent
@@ -66,6 +74,24 @@ def test_a_dimension_with_signs_is_verified_by_the_words_that_show_each_level():
     cheap, dear = "Buy a free app and cheap paper.", "Buy the best-quality paper; worth paying."
     assert realised("constraints", ("tight_budget", "flexible_budget"), (cheap, dear), budget)
     assert not realised("constraints", ("flexible_budget", "tight_budget"), (cheap, dear), budget)
+
+
+def test_a_word_the_question_uses_shows_no_users_level():
+    """demo-local, recorded: "a very busy schedule" restated on both sides read as time_poor,
+    and a pair whose only change was the partner's "free or cheap" was released."""
+    signs = load_prompt("rewrite").extra["signs"]["constraints"]
+    question = "How can I fit art or music practice into a very busy schedule?"
+    base = "To fit art or music practice into a very busy schedule, set aside time and use {}."
+    chosen, rejected = base.format("apps"), base.format("free or cheap apps")
+    levels = ("time_poor", "tight_budget")
+    assert realised("constraints", levels, (chosen, rejected), signs)  # "busy" counted
+    asked = unasked(signs, question)
+    assert "busy" in signs["time_poor"] and "busy" not in asked["time_poor"]
+    assert not realised("constraints", levels, (chosen, rejected), asked)
+    assert not could_show("constraints", levels, chosen, asked)  # no rejected call for it
+    quick = "Ten quick minutes a day: " + chosen
+    assert realised("constraints", levels, (quick, rejected), asked)  # the user's own words do
+    assert unasked(None, question) is None
 
 
 def test_chosen_alone_rules_a_difference_out_only_where_both_could_not_show_it():

@@ -7,7 +7,7 @@ each user's own words; kept if at least one difference shows in the text (pipeli
 from __future__ import annotations
 
 from pipeline.calls import LLMError
-from pipeline.realised import could_show, echoed, realised, visible
+from pipeline.realised import could_show, echoed, realised, unasked, visible
 from pipeline.records import Difference, Dropped, Pair
 from pipeline.strategies.base import StrategySpec
 from pipeline.text import unwrap
@@ -17,7 +17,9 @@ async def write(w, rec, name: str):
     task = rec.task
     g = w.ctx.cfg.generation
     directions = w.prompts["chosen"].extra["directions"]
-    signs = w.prompts["chosen"].extra.get("signs", {})
+    signs = {
+        d: unasked(s, task.question) for d, s in w.prompts["chosen"].extra.get("signs", {}).items()
+    }
     if task.task_id not in w.partners:
         return w.dropped(rec, "no_contrast", f"{task.persona.persona_id} has nobody to contrast")
     other, _, _, prefs_b = w.partners[task.task_id]
