@@ -77,7 +77,7 @@ def report(run_dirs: list[Path], examples: int) -> None:
             whole += all(flags)
         n = len(seen) + len(common)
         if not n:
-            print(f"{run_dir.name}: no planner aspects")
+            print(f"{run_dir.name}: no planner aspects (stated or imported): none generic")
             continue
         lo, hi = wilson(len(common), n)
         print(
