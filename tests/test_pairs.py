@@ -201,3 +201,16 @@ def test_swap_partners_do_not_depend_on_the_order_the_planner_finished_in(sim_ur
     plans = {r.task.task_id: r for r in StageFile(run_dir, "rubrics", RubricRecord).read()}
     for who, aspects, _, _ in as_built.values():
         assert aspects == [a.model_dump() for a in plans[first[who]].rubric_aspects]
+
+
+def test_a_run_of_partnered_strategies_alone_asks_no_artifact_rewrite(sim_url, tmp_path):
+    """persona_swap alone: a task with nobody to contrast takes an instruction strategy, but
+    the gate's rewrite step is for recipes that name one (it ran, and added 3,600 calls at
+    12,000 users, when the fallback strategies were counted as the recipe's)."""
+    config = write_config(
+        tmp_path, sim_url, personas={"per_category": 2}, generation={"strategies": ["persona_swap"]}
+    )
+    result = build(config)
+    stats = json.loads((Path(result["run_dir"]) / "run_stats.json").read_text())
+    assert "pairs: artifact gate and its rewrites" not in stats["parts"]
+    assert result["funnel"]["released"] > 0

@@ -196,10 +196,9 @@ class Writer:
         self.partners = swap_partners(rubrics, coupled[0].couples(g), questions) if coupled else {}
         # a task with nobody to contrast takes one of these instead
         alone = [n for n in self.names if not self.specs[n].partnered]
-        if not alone:  # the prompt's table supplies one the recipe did not name
-            alone = [n for n in self.instructions if not spec(n, self.instructions).partnered]
-            self.specs |= {n: spec(n, self.instructions) for n in alone}
-        self.others = alone
+        self.others = alone or [
+            n for n in self.instructions if not spec(n, self.instructions).partnered
+        ]
 
     async def ask(self, role: str, max_tokens: int | None = None, **variables):
         return await self.ctx.llm.call(
@@ -263,7 +262,7 @@ class Writer:
         name = pick_strategy(task.task_id, self.names, seed)
         if self.specs[name].partnered and task.task_id not in self.partners and self.others:
             name = pick_strategy(task.task_id, self.others, seed)  # nobody to contrast
-        return await self.specs[name].write(self, rec, name)
+        return await spec(name, self.instructions).write(self, rec, name)
 
     def pair_id(self, task: Task) -> str:
         # hashed from the whole profile, as released: with profile.top_k the prompts saw a
