@@ -181,7 +181,10 @@ async def run(ctx: RunContext, tasks: Records) -> Records:
     planner = load_prompt("planner")
     source = ctx.cfg.rubrics.source
     refuse = ctx.cfg.rubrics.refuse_generic and source in ("planner", "stated")
-    words = distinctive(tasks) if refuse else {}
+
+    @functools.cache
+    def words() -> dict[str, frozenset[str]]:  # read once, when a plan first needs it
+        return distinctive(tasks)
 
     async def plan(task: Task) -> RubricRecord | Dropped:
         if source == "imported":
@@ -221,7 +224,7 @@ async def run(ctx: RunContext, tasks: Records) -> Records:
                 f"not copied from the prompt, citing a profile item of "
                 f"{task.persona.persona_id}",
             )
-        theirs = words.get(task.persona.persona_id, frozenset())
+        theirs = words().get(task.persona.persona_id, frozenset()) if refuse else frozenset()
         common = [a for a in kept if refuse and generic(a, task, theirs)]
         if len(common) == len(kept):
             return Dropped(
