@@ -7,8 +7,10 @@ generated tokens, retries, cut-offs: issue 47), and every probe with its n and 9
 
     .venv/bin/python bench/real_builds.py NAME [--run-dir outputs/NAME]
 
-The run folder (a recording's `--keep DIR`/outputs/RUN) adds the drop reasons; the fixture
-alone has the counts. Figures are the recording's: the model's own text, read back.
+The run folder (a recording's `--keep DIR`/outputs/RUN) adds the drop reasons and, for the
+rewrite design, how often each dimension a couple was told to differ on showed in the text
+(issue 46 item 3: which dimensions the generator realises); the fixture alone has the counts.
+Figures are the recording's: the model's own text, read back.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "real_model"))
+sys.path[:0] = [str(REPO), str(REPO / "tests" / "real_model")]
 from record import fixture_path, read_fixture  # noqa: E402
+
+from pipeline.stats import wilson  # noqa: E402
 
 
 def main() -> None:
@@ -63,6 +67,8 @@ def main() -> None:
     if args.run_dir and (args.run_dir / "run_stats.json").exists():
         stats = json.loads((args.run_dir / "run_stats.json").read_text())
     where_time_went(stats.get("usage") or fx.get("usage") or {}, stats.get("stages") or {})
+    if args.run_dir:
+        realised_by_dimension(args.run_dir)
     v = fx["validity"]
     print(f"probes (verdict: {v['verdict']}, {v['pairs']} pairs):")
     for family in v["families"]:
@@ -83,6 +89,25 @@ def main() -> None:
             else ""
         )
     )
+
+
+def realised_by_dimension(run_dir: Path) -> None:
+    """Per dimension a rewrite couple was told to differ on: how often the difference showed
+    (pairs made: `differences`; drops as difference_not_realised carry theirs, none shown)."""
+    told: Counter = Counter()
+    shown: Counter = Counter()
+    for name in ("pairs.jsonl", "dropped.jsonl"):
+        path = run_dir / name
+        for line in path.open(encoding="utf-8") if path.exists() else []:
+            for d in json.loads(line).get("differences") or []:
+                told[d["dimension"]] += 1
+                shown[d["dimension"]] += bool(d["realised"])
+    if not told:
+        return
+    print("realised by dimension (rewrite design; pairs made and difference_not_realised):")
+    for dim, n in told.most_common():
+        low, high = wilson(shown[dim], n)
+        print(f"  {dim:<18} {shown[dim]:>4} of {n:<4} {shown[dim] / n:.2f} [{low:.2f}, {high:.2f}]")
 
 
 def where_time_went(usage: dict, stages: dict) -> None:

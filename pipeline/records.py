@@ -315,6 +315,16 @@ class BatchJob(Record):
     status: str = ""  # the API's final status, once collected
 
 
+class Difference(Record):
+    """One dimension on which a rewrite pair's two users differ (generation.design: rewrite):
+    each side's level, and whether the text shows it (None: not visible model-free)."""
+
+    dimension: str
+    chosen: str
+    rejected: str
+    realised: bool | None
+
+
 class Dropped(Record):
     """A record that could not go on, kept with its reason so nothing vanishes silently."""
 
@@ -322,6 +332,9 @@ class Dropped(Record):
     id: str
     reason: str
     detail: str = ""
+    # difference_not_realised (generation.design: rewrite): what the couple was to differ on,
+    # none of it shown, so a build can say which dimensions its generator realises
+    differences: list[Difference] = []
 
 
 class AspectAgreement(Record):
@@ -352,16 +365,6 @@ class Rewritten(Record):
     rejected: str  # the replaced answer
     probability: float | None  # its out-of-fold P(chosen), answers only
     round: int | None = None  # the AFLite round that picked it; None: its couple was picked
-
-
-class Difference(Record):
-    """One dimension on which a rewrite pair's two users differ (generation.design: rewrite):
-    each side's level, and whether the text shows it (None: not visible model-free)."""
-
-    dimension: str
-    chosen: str
-    rejected: str
-    realised: bool | None
 
 
 class Pair(Record):

@@ -49,6 +49,10 @@ SMOKE = {  # script -> (arguments at the smallest size, what its output must sho
         "pairs/h",
     ),
     "blind_read.py": (["items", RELEASE, "--out", "blind"], "items in"),
+    "candidates.py": (
+        ["--recorded", "demo-local", "--model", "smollm2-135m", "--tasks", "1", "--samples", "1"],
+        "contrastive",
+    ),
 }
 
 

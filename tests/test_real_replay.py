@@ -8,10 +8,12 @@ that records the build again on the real model."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import build, write_config
 
 sys.path.insert(0, str(Path(__file__).parent / "real_model"))
@@ -25,8 +27,10 @@ from record import (  # noqa: E402
 )
 
 from pipeline.llm.prompts import load_prompt  # noqa: E402
+from pipeline.records import Dropped, Pair  # noqa: E402
 from pipeline.release.publish import verify  # noqa: E402
 
+REPO = Path(__file__).resolve().parent.parent
 RECORDED = [n for n in RECORDINGS if fixture_path(n).exists()]
 
 
@@ -63,6 +67,41 @@ def test_a_real_model_build_replays_offline_to_the_recorded_release(name, tmp_pa
     assert file_hashes(release) == fixture["files"]
     assert fixture["funnel"][-1]["count"] > 0
     assert verify(release) == []  # a release is verified by the code that wrote it
+    config = yaml.safe_load((REPO / RECORDINGS[name]).read_text())
+    if config["generation"].get("design") == "rewrite":
+        says_which_dimensions_show(name, Path(result["run_dir"]), config["generation"])
+
+
+def says_which_dimensions_show(name: str, run_dir: Path, generation: dict) -> None:
+    """A couple whose difference never showed is dropped with what it was told to differ on,
+    so `bench/real_builds.py --run-dir` says how often each dimension showed in the 1.5B's
+    text (issue 46 item 3)."""
+
+    def read(stage: str, model):
+        text = (run_dir / f"{stage}.jsonl").read_text()
+        return [model.model_validate_json(x) for x in text.splitlines() if x.strip()]
+
+    drops = [d for d in read("dropped", Dropped) if d.reason == "difference_not_realised"]
+    assert drops  # every recording of the design has some
+    for d in drops:
+        assert d.differences and not any(x.realised for x in d.differences)
+        assert {x.dimension for x in d.differences} <= set(generation["dimensions"])
+        assert all(x.chosen != x.rejected for x in d.differences)
+    asked: dict[str, tuple[int, int]] = {}
+    for rec in [*read("pairs", Pair), *drops]:
+        for x in rec.differences:
+            n, shown = asked.get(x.dimension, (0, 0))
+            asked[x.dimension] = (n + 1, shown + bool(x.realised))
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "real_builds.py"), name, "--run-dir", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = done.stdout.split("realised by dimension", 1)[1]
+    for dimension, (n, shown) in asked.items():
+        assert f"{dimension:<18} {shown:>4} of {n:<4}" in table
 
 
 def test_a_changed_prompt_names_the_command_that_records_again():

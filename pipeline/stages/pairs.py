@@ -250,8 +250,8 @@ class Writer:
             | {"chosen": first.chosen.key, "rejected": rejected.key},
         )
 
-    def dropped(self, rec: RubricRecord, reason: str, detail: str) -> Dropped:
-        return Dropped(stage=STAGE.name, id=rec.task.task_id, reason=reason, detail=detail)
+    def dropped(self, rec: RubricRecord, reason: str, detail: str, **more) -> Dropped:
+        return Dropped(stage=STAGE.name, id=rec.task.task_id, reason=reason, detail=detail, **more)
 
     def failed(self, rec: RubricRecord, e: LLMError) -> Dropped:
         return self.dropped(rec, f"generator_{e.kind}", e.detail)

@@ -13,6 +13,21 @@ from pipeline.strategies.base import StrategySpec
 from pipeline.text import unwrap
 
 
+def contrasted(g, directions: dict, mine: dict, theirs: dict) -> list[str]:
+    """The dimensions a couple's rewrites differ on (dimension -> (level, statement) each):
+    the recipe's, where their levels differ, both have an instruction and the difference can
+    show, at most `dimensions_per_pair`."""
+    return [
+        d
+        for d in g.dimensions
+        if d in mine
+        and d in theirs
+        and mine[d][0] != theirs[d][0]
+        and {mine[d][0], theirs[d][0]} <= set(directions[d])
+        and visible(d, (mine[d][0], theirs[d][0]))
+    ][: g.dimensions_per_pair]
+
+
 async def write(w, rec, name: str):
     task = rec.task
     g = w.ctx.cfg.generation
@@ -25,15 +40,7 @@ async def write(w, rec, name: str):
     other, _, _, prefs_b = w.partners[task.task_id]
     mine = {p.dimension: (p.level, p.statement) for p in task.persona.preferences}
     theirs = {p["dimension"]: (p["level"], p["statement"]) for p in prefs_b}
-    dims = [
-        d
-        for d in g.dimensions
-        if d in mine
-        and d in theirs
-        and mine[d][0] != theirs[d][0]
-        and {mine[d][0], theirs[d][0]} <= set(directions[d])
-        and visible(d, (mine[d][0], theirs[d][0]))
-    ][: g.dimensions_per_pair]
+    dims = contrasted(g, directions, mine, theirs)
     if not dims:
         return w.dropped(
             rec,
@@ -67,7 +74,14 @@ async def write(w, rec, name: str):
         if not any(could_show(d, (mine[d][0], theirs[d][0]), first, signs.get(d)) for d in dims):
             shown = ", ".join(f"{d} {mine[d][0]}/{theirs[d][0]}" for d in dims)
             return w.dropped(
-                rec, "difference_not_realised", f"chosen shows none of {shown}: not rewritten"
+                rec,
+                "difference_not_realised",
+                f"chosen shows none of {shown}: not rewritten",
+                differences=[
+                    Difference(dimension=d, chosen=a, rejected=b, realised=False)
+                    for d in dims
+                    for a, b in [(mine[d][0], theirs[d][0])]
+                ],
             )
         rejected = await w.ask("rejected", w.tokens, **side, **told(theirs))
     except LLMError as e:
@@ -86,7 +100,12 @@ async def write(w, rec, name: str):
     ]
     if not any(x.realised for x in differences):
         shown = ", ".join(f"{x.dimension} {x.chosen}/{x.rejected}" for x in differences)
-        return w.dropped(rec, "difference_not_realised", f"none of {shown} shows in the text")
+        return w.dropped(
+            rec,
+            "difference_not_realised",
+            f"none of {shown} shows in the text",
+            differences=differences,
+        )
     return Pair(
         pair_id=w.pair_id(task),
         task=task,
