@@ -14,8 +14,9 @@ one base answer, then per side the greedy rewrite and `--samples` rewrites at
 
 - contrastive likelihood: its mean token log-probability under its own user's rewrite prompt
   minus under the other user's (prompt evaluation only, no generation);
-- checklist: per dimension of the pair, P(yes) that it does its own user's instruction minus
-  P(yes) that it does the other's (prompts/fit_check.yaml), averaged.
+- checklist: per dimension of the pair, P(yes) that it does its own user's instruction (with
+  what that user said) minus P(yes) that it does the other's (prompts/fit_check.yaml),
+  averaged.
 
 Each selector (greedy, first sample, contrastive, checklist) picks one candidate per side; the
 pair it makes is read model-free as the pipeline reads it (pipeline/realised.py: does the
@@ -229,7 +230,10 @@ class Trial:
         return cands
 
     def check(self, answer: str, d: str, who: dict) -> list[dict]:
-        return self.p["fit_check"].render(answer=answer, requirement=self.directions[d][who[d][0]])
+        level, statement = who[d]
+        return self.p["fit_check"].render(
+            answer=answer, requirement=self.directions[d][level], statement=statement
+        )
 
     def pair(self, chosen: dict, rejected: dict) -> dict:
         """The pair two candidates make, read as the pipeline reads it."""
