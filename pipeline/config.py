@@ -108,6 +108,13 @@ class GenerationConfig(Section):
     # at most this many of them per pair, in the order listed: a 1.5B follows one or two
     # concrete instructions and drops the rest
     dimensions_per_pair: int = Field(2, ge=1)
+    # rewrite design: the two rewrites' sampling temperature (the base answer stays greedy;
+    # each request carries `model.seed`, and the cache records what it wrote). Greedy, the
+    # 1.5B copied the base answer unchanged into half its rewrites, so no difference showed;
+    # one sample at 0.8 showed it in 11 of 12, but the partner's rewrite then read as worse in
+    # general to a blind reader in 5 (bench/README.md "candidates.py"): pair it with a quality
+    # judge that qualifies
+    rewrite_temperature: float = Field(0.0, ge=0.0, le=2.0)
 
     @field_validator("chosen_prompt", "rejected_prompt")
     @classmethod
@@ -273,6 +280,8 @@ class RunConfig(Section):
         if data["generation"]["design"] == "plan":  # likewise: releases before the rewrite
             for key in ("design", "dimensions", "dimensions_per_pair"):
                 del data["generation"][key]
+        if not data["generation"]["rewrite_temperature"]:  # and greedy rewrites, as before it
+            del data["generation"]["rewrite_temperature"]
         return data
 
     def resume_inputs(self) -> dict:

@@ -241,6 +241,7 @@ def test_the_design_records_nothing_new_for_a_plan_build(tmp_path, sim_url):
     assert "design" not in cfg.recorded()["generation"]
     assert "dimensions" not in cfg.recorded()["generation"]
     assert "dimensions_per_pair" not in cfg.recorded()["generation"]
+    assert "rewrite_temperature" not in cfg.recorded()["generation"]
     bad = write_config(
         tmp_path / "bad", sim_url, generation={"design": "rewrite", "dimensions": ["tone"]}
     )
@@ -255,3 +256,38 @@ def test_the_prompts_own_tag_around_a_reply_is_not_the_answer():
 
     assert unwrap(" <answer>Go to Berlin.</answer>\n", "answer") == "Go to Berlin."
     assert unwrap("Use <answer> tags in HTML.", "answer") == "Use <answer> tags in HTML."
+
+
+def test_a_recipe_may_sample_its_rewrites_and_the_cache_records_how(tmp_path, sim_url):
+    """`generation.rewrite_temperature` (bench/README.md "candidates.py": greedy, the 1.5B
+    copied its base answer unchanged into half its rewrites): the two rewrites are sent at it,
+    seeded by `model.seed`; the base answer stays greedy; the manifest records it (and a
+    greedy recipe's manifest keeps its bytes: above)."""
+    from pipeline.llm.cache import ResponseCache
+
+    config = write_config(
+        tmp_path,
+        sim_url,
+        personas={"per_category": 8},
+        rubrics={"source": "stated"},
+        generation={
+            "design": "rewrite",
+            "word_budget": 100,
+            "dimensions": ORDER,
+            "dimensions_per_pair": 2,
+            "rewrite_temperature": 0.8,
+        },
+        filters={"judges": "qualified"},
+        model={"seed": 7},
+    )
+    result = build(config)
+    rows = ResponseCache(Path(result["run_dir"]).parent / "cache.sqlite").rows()
+    sent = {}
+    for r in rows:
+        sent.setdefault(r["task"], set()).add(
+            (r["request"]["params"].get("temperature"), r["request"]["seed"])
+        )
+    assert sent["rewrite"] == {(0.8, 7)}
+    assert sent["base_answer"] == {(0.0, 7)}
+    manifest = json.loads((Path(result["release_dir"]) / "manifest.json").read_text())
+    assert manifest["config"]["generation"]["rewrite_temperature"] == 0.8

@@ -200,9 +200,14 @@ class Writer:
             n for n in self.instructions if not spec(n, self.instructions).partnered
         ]
 
-    async def ask(self, role: str, max_tokens: int | None = None, **variables):
+    async def ask(
+        self, role: str, max_tokens: int | None = None, sampling: dict | None = None, **variables
+    ):
+        """One call of the recipe's `role` prompt; `sampling` replaces its request parameters
+        (a temperature)."""
+        prompt = self.prompts[role]
         return await self.ctx.llm.call(
-            self.prompts[role],
+            prompt.with_params(**sampling) if sampling else prompt,
             stage=STAGE.name,
             model=self.model,
             variables=variables,

@@ -65,7 +65,9 @@ async def write(w, rec, name: str):
     try:
         base = await w.ask("base_answer", w.tokens, **side)
         side["base"] = base.value
-        chosen = await w.ask("chosen", w.tokens, **side, **told(mine))
+        # greedy unless the recipe samples: a greedy 1.5B rewrite is often its base, unchanged
+        sampling = {"temperature": g.rewrite_temperature} if g.rewrite_temperature else None
+        chosen = await w.ask("chosen", w.tokens, sampling, **side, **told(mine))
         first = unwrap(chosen.value, "answer")
         if bad := shows(first, mine, "chosen"):
             return bad
@@ -83,7 +85,7 @@ async def write(w, rec, name: str):
                     for a, b in [(mine[d][0], theirs[d][0])]
                 ],
             )
-        rejected = await w.ask("rejected", w.tokens, **side, **told(theirs))
+        rejected = await w.ask("rejected", w.tokens, sampling, **side, **told(theirs))
     except LLMError as e:
         return w.failed(rec, e)
     texts = (first, unwrap(rejected.value, "answer"))
