@@ -143,6 +143,15 @@ class GenerationConfig(Section):
             )
         return _distinct(v, "generation.dimensions")
 
+    @model_validator(mode="after")
+    def _sampled_rewrites(self) -> GenerationConfig:
+        if self.rewrite_temperature and self.design != "rewrite":
+            raise ValueError(
+                "generation.rewrite_temperature samples the rewrite design's rewrites: set "
+                "generation.design: rewrite, or leave it out"
+            )
+        return self
+
 
 class QualificationConfig(Section):
     """Judge qualification (pipeline/qualification.py): the judge must tell sound answers from

@@ -249,6 +249,9 @@ def test_the_design_records_nothing_new_for_a_plan_build(tmp_path, sim_url):
 
     with pytest.raises(ConfigError, match="a rewrite can realise only"):
         load_config(bad)
+    plan = write_config(tmp_path / "plan", sim_url, generation={"rewrite_temperature": 0.8})
+    with pytest.raises(ConfigError, match="samples the rewrite design's rewrites"):
+        load_config(plan)
 
 
 def test_the_prompts_own_tag_around_a_reply_is_not_the_answer():
