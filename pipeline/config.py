@@ -111,9 +111,9 @@ class GenerationConfig(Section):
     # rewrite design: the two rewrites' sampling temperature (the base answer stays greedy;
     # each request carries `model.seed`, and the cache records what it wrote). Greedy, the
     # 1.5B copied the base answer unchanged into half its rewrites, so no difference showed;
-    # one sample at 0.8 showed it in 11 of 12, but the partner's rewrite then read as worse in
-    # general to a blind reader in 5 (bench/README.md "candidates.py"): pair it with a quality
-    # judge that qualifies
+    # one sample at 0.8 showed it in 13 of 18 tasks (greedy 7), but a blind reader then found
+    # chosen better in general in 6 of 18 (greedy 0: bench/README.md "candidates.py"): pair it
+    # with a quality judge that qualifies
     rewrite_temperature: float = Field(0.0, ge=0.0, le=2.0)
 
     @field_validator("chosen_prompt", "rejected_prompt")

@@ -160,10 +160,9 @@ def test_every_level_a_rewrite_can_be_told_can_be_seen():
         assert all(table["signs"][dimension].values()), dimension
 
 
-@pytest.fixture(scope="module")
-def rewritten(tmp_path_factory, sim_url) -> Path:
-    tmp = tmp_path_factory.mktemp("rewrite")
-    config = write_config(
+def rewrite_config(tmp: Path, sim_url: str, generation: dict | None = None, **changes) -> Path:
+    """A rewrite-design build of 24 library users on the simulator."""
+    return write_config(
         tmp,
         sim_url,
         personas={"per_category": 8},
@@ -173,10 +172,16 @@ def rewritten(tmp_path_factory, sim_url) -> Path:
             "word_budget": 100,
             "dimensions": ORDER,
             "dimensions_per_pair": 2,
+            **(generation or {}),
         },
         filters={"judges": "qualified"},
+        **changes,
     )
-    return Path(build(config)["run_dir"])
+
+
+@pytest.fixture(scope="module")
+def rewritten(tmp_path_factory, sim_url) -> Path:
+    return Path(build(rewrite_config(tmp_path_factory.mktemp("rewrite"), sim_url))["run_dir"])
 
 
 def lines(path: Path, model):
@@ -268,21 +273,7 @@ def test_a_recipe_may_sample_its_rewrites_and_the_cache_records_how(tmp_path, si
     greedy recipe's manifest keeps its bytes: above)."""
     from pipeline.llm.cache import ResponseCache
 
-    config = write_config(
-        tmp_path,
-        sim_url,
-        personas={"per_category": 8},
-        rubrics={"source": "stated"},
-        generation={
-            "design": "rewrite",
-            "word_budget": 100,
-            "dimensions": ORDER,
-            "dimensions_per_pair": 2,
-            "rewrite_temperature": 0.8,
-        },
-        filters={"judges": "qualified"},
-        model={"seed": 7},
-    )
+    config = rewrite_config(tmp_path, sim_url, {"rewrite_temperature": 0.8}, model={"seed": 7})
     result = build(config)
     rows = ResponseCache(Path(result["run_dir"]).parent / "cache.sqlite").rows()
     sent = {}
