@@ -98,7 +98,8 @@ def realised_by_dimension(run_dir: Path) -> None:
     shown: Counter = Counter()
     for name in ("pairs.jsonl", "dropped.jsonl"):
         path = run_dir / name
-        for line in path.open(encoding="utf-8") if path.exists() else []:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        for line in text.splitlines():
             for d in json.loads(line).get("differences") or []:
                 told[d["dimension"]] += 1
                 shown[d["dimension"]] += bool(d["realised"])
