@@ -48,6 +48,14 @@ async def write(w, rec, name: str):
             f"{task.persona.persona_id} and {other} differ on none of {g.dimensions}",
         )
     side = {"question": task.question, "word_budget": w.budget}
+    levels = {d: (mine[d][0], theirs[d][0]) for d in dims}  # chosen's, rejected's
+    shown = ", ".join(f"{d} {a}/{b}" for d, (a, b) in levels.items())
+
+    def intended(realised_on) -> list[Difference]:
+        return [
+            Difference(dimension=d, chosen=a, rejected=b, realised=realised_on(d))
+            for d, (a, b) in levels.items()
+        ]
 
     def told(who: dict) -> dict:
         return {
@@ -73,17 +81,12 @@ async def write(w, rec, name: str):
             return bad
         # the rejected rewrite is asked only if chosen's text leaves a difference possible:
         # most unrealised pairs fail on chosen's side, and the call after it buys nothing
-        if not any(could_show(d, (mine[d][0], theirs[d][0]), first, signs.get(d)) for d in dims):
-            shown = ", ".join(f"{d} {mine[d][0]}/{theirs[d][0]}" for d in dims)
+        if not any(could_show(d, levels[d], first, signs.get(d)) for d in dims):
             return w.dropped(
                 rec,
                 "difference_not_realised",
                 f"chosen shows none of {shown}: not rewritten",
-                differences=[
-                    Difference(dimension=d, chosen=a, rejected=b, realised=False)
-                    for d in dims
-                    for a, b in [(mine[d][0], theirs[d][0])]
-                ],
+                differences=intended(lambda d: False),
             )
         rejected = await w.ask("rejected", w.tokens, sampling, **side, **told(theirs))
     except LLMError as e:
@@ -91,17 +94,8 @@ async def write(w, rec, name: str):
     texts = (first, unwrap(rejected.value, "answer"))
     if bad := shows(texts[1], theirs, "rejected"):
         return bad
-    differences = [
-        Difference(
-            dimension=d,
-            chosen=mine[d][0],
-            rejected=theirs[d][0],
-            realised=realised(d, (mine[d][0], theirs[d][0]), texts, signs.get(d)),
-        )
-        for d in dims
-    ]
+    differences = intended(lambda d: realised(d, levels[d], texts, signs.get(d)))
     if not any(x.realised for x in differences):
-        shown = ", ".join(f"{x.dimension} {x.chosen}/{x.rejected}" for x in differences)
         return w.dropped(
             rec,
             "difference_not_realised",
