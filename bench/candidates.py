@@ -68,11 +68,13 @@ class Model:
     """One llama.cpp model in-process: generation, a text's log-probability under a prompt,
     and P(yes) of a yes/no question."""
 
-    def __init__(self, name: str | None):
+    def __init__(self, name: str | None, threads: int = 1):
         from llama_cpp import Llama  # the local extra
 
         path, _, _ = local.weights(name)
-        self.llm = Llama(str(path), n_ctx=2048, n_threads=2, logits_all=True, verbose=False, seed=0)
+        self.llm = Llama(
+            str(path), n_ctx=2048, n_threads=threads, logits_all=True, verbose=False, seed=0
+        )
         self.calls = {"generate": 0, "score": 0, "check": 0}
         self.seconds = dict.fromkeys(self.calls, 0.0)
 
@@ -282,6 +284,9 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model", default=None)
+    # llama.cpp's threads spin: two on 2 cores with another process on one ran the smoke
+    # run past 10 minutes (bench/README.md "local_threads.py": one thread survives it)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path)
     ap.add_argument(
         "--pairs", type=Path, help="write DIR/SELECTOR.pairs.jsonl, for bench/blind_read.py items"
@@ -306,7 +311,7 @@ def trial_all(args) -> int:
     picked = found[: args.tasks]
     print(f"{len(found)} tasks with a contrast; writing {len(picked)}", file=sys.stderr)
 
-    model = Model(args.model)
+    model = Model(args.model, args.threads)
     tally = {s: [0, 0, []] for s in (*SELECTORS, "oracle")}  # realised, echoed, similarities
     out = args.out.open("w") if args.out else None
     started = time.perf_counter()
