@@ -3,7 +3,9 @@
 stage's own rule (pipeline/stages/rubrics.py `distinctive`, `generic`).
 
     .venv/bin/python bench/generic_aspects.py RUN_DIR [RUN_DIR ...] [--examples N]
-    .venv/bin/python bench/generic_aspects.py --recorded real-default real-instructed
+    .venv/bin/python bench/generic_aspects.py --recorded real-instructed
+
+(real-default, real-fit and demo-local take their users' own statements: no planner aspects)
 
 `--recorded NAME` rebuilds a recorded real build offline from its fixture
 (tests/real_model/NAME.json.gz, no model running) into a temporary folder and reads that run.

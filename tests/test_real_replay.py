@@ -22,6 +22,7 @@ from record import (  # noqa: E402
     FixtureError,
     file_hashes,
     fixture_path,
+    pruned,
     read_fixture,
     replay_config,
 )
@@ -59,6 +60,9 @@ def test_a_real_model_build_replays_offline_to_the_recorded_release(name, tmp_pa
     alias = fixture["models"]["generator"]
     release = Path(result["release_dir"])
     assert sum(u["calls"] for u in result["usage"].values()) == 0  # nothing was sent
+    # the fixture holds what its build asked, not an earlier cache's every answer
+    asked = sum(u["cache_hits"] + sum(u["failures"].values()) for u in result["usage"].values())
+    assert asked >= len(fixture["responses"]) + len(fixture["failures"])
     manifest = json.loads((release / "manifest.json").read_text())
     assert manifest["funnel"] == fixture["funnel"]
     assert manifest["validity"] == fixture["validity"]
@@ -102,6 +106,22 @@ def says_which_dimensions_show(name: str, run_dir: Path, generation: dict) -> No
     table = done.stdout.split("realised by dimension", 1)[1]
     for dimension, (n, shown) in asked.items():
         assert f"{dimension:<18} {shown:>4} of {n:<4}" in table
+
+
+def test_a_recording_keeps_only_the_answers_its_build_asks_for():
+    """real-default was recorded from real-fit's cache (`record.py --cache`) and carried all
+    1,393 of its answers for 634 asked, which `bench/real_builds.py` counted as its calls:
+    a recording keeps what a replay of it asks for (`--prune` for one recorded before)."""
+    fixture = read_fixture(fixture_path("demo-local"))
+    unasked = dict(fixture["responses"][0], key="0" * 64)
+    never = {"key": "1" * 64, "kind": "cut_off", "detail": "finish_reason length"}
+    padded = fixture | {
+        "responses": [*fixture["responses"], unasked],
+        "failures": [*fixture["failures"], never],
+    }
+    kept = pruned("demo-local", padded)
+    assert kept["responses"] == fixture["responses"]
+    assert kept["failures"] == fixture["failures"]
 
 
 def test_a_changed_prompt_names_the_command_that_records_again():

@@ -3,6 +3,7 @@
     .venv/bin/python tests/real_model/record.py NAME [--keep DIR] [--cache FILE]
     make record-real NAME=NAME
     .venv/bin/python tests/real_model/record.py NAME --refresh   # no model: see refresh()
+    .venv/bin/python tests/real_model/record.py NAME --prune     # no model: see prune()
 
 Runs `prb demo --local --config <its config>` on the real local model (the 1.5B by default:
 `make demo-local` installs it) into a fresh outputs folder, then writes
@@ -16,6 +17,7 @@ offline from the fixture, with no model running. Takes what the build takes (hou
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import json
@@ -158,6 +160,63 @@ def refresh(name: str, keep: Path | None = None) -> None:
     print(f"refreshed {name}: {manifest['funnel'][-1]['count']} pairs released")
 
 
+def asked(name: str, fixture: dict) -> set[str]:
+    """The keys of the responses (and failures) a replay of the fixture asks for, the
+    release checked to be the recorded one. A recording started from an earlier build's
+    cache (`--cache`) holds that cache's every answer, most of which it never asked: they
+    would pass for its own calls (`bench/real_builds.py` counts the fixture's responses)."""
+    import os
+
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    from pipeline.llm.cache import ResponseCache
+    from pipeline.run.flow import build
+
+    seen: set[str] = set()
+    get, failure = ResponseCache.get, ResponseCache.failure
+
+    def traced_get(self, key):  # the build's own cache reads, counted in this process
+        seen.add(key)
+        return get(self, key)
+
+    def traced_failure(self, key):
+        seen.add(key)
+        return failure(self, key)
+
+    ResponseCache.get, ResponseCache.failure = traced_get, traced_failure
+    try:
+        with tempfile.TemporaryDirectory(prefix=f"prb-prune-{name}-") as tmp:
+            outputs = Path(tmp) / "outputs"
+            outputs.mkdir()
+            result = asyncio.run(build(str(replay_config(name, fixture, outputs)), {}))
+            if file_hashes(Path(result["release_dir"])) != fixture["files"]:
+                raise FixtureError(f"{name}: the replay is not the recorded release")
+    finally:
+        ResponseCache.get, ResponseCache.failure = get, failure
+    return seen
+
+
+def pruned(name: str, fixture: dict) -> dict:
+    """The fixture with only the responses and failures its build asks for."""
+    keys = asked(name, fixture)
+    return fixture | {
+        "responses": [r for r in fixture["responses"] if r["key"] in keys],
+        "failures": [r for r in fixture["failures"] if r["key"] in keys],
+    }
+
+
+def prune(name: str) -> None:
+    """No model: drop from a fixture the responses its build never asks for (recorded from
+    an earlier cache before recordings were pruned), the release unchanged."""
+    fixture = read_fixture(fixture_path(name))
+    kept = pruned(name, fixture)
+    write_fixture(fixture_path(name), kept)
+    print(
+        f"pruned {name}: kept {len(kept['responses'])} of {len(fixture['responses'])} "
+        f"responses, {len(kept['failures'])} of {len(fixture['failures'])} failures"
+    )
+
+
 def main() -> None:
     import argparse
 
@@ -178,8 +237,18 @@ def main() -> None:
         help="no model: rebuild from the fixture's own responses and record what today's "
         "code makes of them",
     )
+    ap.add_argument(
+        "--prune",
+        action="store_true",
+        help="no model: keep only the responses the fixture's build asks for",
+    )
     args = ap.parse_args()
     name = args.name
+    if args.prune:
+        try:
+            return prune(name)
+        except FixtureError as e:
+            sys.exit(str(e))
     if args.refresh:
         try:
             return refresh(name, args.keep)
@@ -222,11 +291,14 @@ def main() -> None:
         "responses": rows,
         "failures": failures,
     }
+    if args.cache:  # the earlier build's answers this one never asked stay out
+        data = pruned(name, data)
     write_fixture(fixture_path(name), data)
     size = fixture_path(name).stat().st_size
     print(
-        f"recorded {name}: {len(rows)} responses, {manifest['funnel'][-1]['count']} pairs "
-        f"released, build {wall / 60:.1f} min, fixture {size / 1e6:.2f} MB"
+        f"recorded {name}: {len(data['responses'])} responses, "
+        f"{manifest['funnel'][-1]['count']} pairs released, "
+        f"build {wall / 60:.1f} min, fixture {size / 1e6:.2f} MB"
     )
 
 
