@@ -172,11 +172,17 @@ def rewrite_config(tmp: Path, sim_url: str, generation: dict | None = None, **ch
             "word_budget": 100,
             "dimensions": ORDER,
             "dimensions_per_pair": 2,
+            "strategies": None,  # the demo config's are the plan design's
             **(generation or {}),
         },
-        filters={"judges": "qualified"},
-        **changes,
+        **({"filters": SIM_FILTERS} | changes),
     )
+
+
+# the simulator's adherence judge knows its own planner's aspects, not the rewrite's signs of
+# a stated preference: where its judges qualify (the sim's seed follows the config), it would
+# fail chosen for what its own rewrite did; the model-free reading verifies these pairs
+SIM_FILTERS = {"judges": "qualified", "min_adherence_chosen": 0.0, "max_adherence_rejected": 1.0}
 
 
 @pytest.fixture(scope="module")
@@ -285,3 +291,88 @@ def test_a_recipe_may_sample_its_rewrites_and_the_cache_records_how(tmp_path, si
     assert sent["base_answer"] == {(0.0, 7)}
     manifest = json.loads((Path(result["release_dir"]) / "manifest.json").read_text())
     assert manifest["config"]["generation"]["rewrite_temperature"] == 0.8
+
+
+def test_an_instructed_rewrite_breaks_the_users_own_stated_preference(tmp_path, sim_url):
+    """instructed_rewrite (issue 46): no partner; the rejected side is the base rewritten for a
+    stand-in at another visible level of each dimension the user stated, recorded per pair."""
+    from pipeline.store import dropped_file
+
+    config = rewrite_config(
+        tmp_path,
+        sim_url,
+        generation={"strategies": ["instructed_rewrite"]},
+    )
+    run = Path(build(config)["run_dir"])
+    stand_ins = load_prompt("rewrite").extra["stand_ins"]
+    pairs = lines(run / "pairs.jsonl", Pair)
+    assert len(pairs) >= 6
+    for p in pairs:
+        assert p.rejected_strategy == "instructed_rewrite" and p.rejected_for is None
+        assert set(p.calls) == {"base_answer", "chosen", "rejected"}
+        mine = {x.dimension: x.level for x in p.task.persona.preferences}
+        stated = [d for d in ORDER if d in mine]
+        assert [d.dimension for d in p.differences] == stated[:2]
+        for d in p.differences:  # the user's own level against one they did not state
+            assert mine[d.dimension] == d.chosen != d.rejected in stand_ins[d.dimension]
+            assert visible(d.dimension, (d.chosen, d.rejected))
+        assert any(d.realised for d in p.differences)
+    # a place the user never named: the stand-in's city on the rejected side
+    placed = [
+        p for p in pairs for d in p.differences if d.dimension == "cultural_context" and d.realised
+    ]
+    assert placed and all(
+        stand_ins["cultural_context"][d.rejected].split(",")[0].split()[-1] in p.rejected
+        for p in placed
+        for d in p.differences
+        if d.dimension == "cultural_context"
+    )
+    drops = list(dropped_file(run).read())
+    assert drops and not [d for d in drops if d.reason == "no_contrast"]  # no partner needed
+    card = (run / "release" / "README.md").read_text()
+    assert "stand-in who states another level" in card
+
+
+@pytest.mark.parametrize(
+    "generation, refused",
+    [
+        ({"design": "rewrite", "strategies": ["persona_swap"]}, "another generation.design"),
+        ({"strategies": ["instructed_rewrite"]}, "another generation.design"),
+        ({"design": "rewrite", "strategies": ["wrong_tone"]}, r"\['wrong_tone'\]"),
+    ],
+)
+def test_a_strategy_of_the_other_design_is_refused_before_any_call(
+    tmp_path, sim_url, generation, refused
+):
+    import httpx
+
+    from pipeline.llm.prompts import PromptError
+
+    def sim_requests(url: str) -> int:
+        return httpx.get(url.removesuffix("/v1") + "/stats").json().get("requests", 0)
+
+    config = rewrite_config(tmp_path, sim_url, generation=generation)
+    if "design" not in generation:  # the plan design
+        config = write_config(tmp_path / "plan", sim_url, generation=generation)
+    calls = sim_requests(sim_url)
+    with pytest.raises(PromptError, match=refused):
+        build(config)
+    assert sim_requests(sim_url) == calls
+
+
+def test_a_rewrite_pair_is_judged_for_adherence_on_what_it_was_rewritten_on(rewritten):
+    """Both rewrites keep the base answer's fit on every other stated preference: judged on
+    all of them, chosen fails `min_adherence_chosen` and rejected passes as adherent for what
+    the pair never varied (a qualifying judge dropped 9 of 12 simulator pairs so)."""
+    from pipeline.checks.adherence import CHECK
+
+    pairs = lines(rewritten / "pairs.jsonl", Pair)
+    for p in pairs:
+        dims = {d.dimension for d in p.differences}
+        said = [x.statement for x in p.task.persona.preferences if x.dimension in dims]
+        for ask in CHECK.asks:
+            shown = [a["aspect"] for a in ask.variables(p, None)["aspects"]]
+            assert shown == [a.aspect for a in p.rubric_aspects if a.aspect in said]
+            assert len(shown) == len(p.differences) < len(p.rubric_aspects)
+    plan = p.model_copy(update={"differences": []})  # a plan pair: every aspect, as before
+    assert len(CHECK.asks[0].variables(plan, None)["aspects"]) == len(p.rubric_aspects)

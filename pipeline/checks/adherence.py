@@ -26,20 +26,32 @@ class Result(Record):
     aspects_rejected: list[bool] | None = None
 
 
+def tested(pair) -> list:
+    """The aspects a pair's answers are judged on: every rubric aspect, or for a rewrite pair
+    (`differences`) the user's statements on the dimensions it was rewritten on (both sides
+    keep the base answer's fit on the rest, so judging those would fail chosen and pass
+    rejected for what the pair never varied)."""
+    if not pair.differences:
+        return pair.rubric_aspects
+    dims = {d.dimension for d in pair.differences}
+    said = {p.statement for p in pair.task.persona.preferences if p.dimension in dims}
+    return [a for a in pair.rubric_aspects if a.aspect in said] or pair.rubric_aspects
+
+
 def ask(side: str) -> Ask:
     return Ask(
         f"adherence_{side}",
         "judge_adherence",
         lambda pair, _: {
             "question": pair.task.question,
-            "aspects": [a.model_dump() for a in pair.rubric_aspects],
+            "aspects": [a.model_dump() for a in tested(pair)],
             "answer": getattr(pair, side),
         },
     )
 
 
 def measure(pair, done, _) -> Result:
-    r, n = Result(), len(pair.rubric_aspects)
+    r, n = Result(), len(tested(pair))
     for side in ("chosen", "rejected"):
         if f"adherence_{side}" in done:
             # an aspect the judge left out counts as not satisfied

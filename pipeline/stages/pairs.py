@@ -82,9 +82,9 @@ def budget_tokens(words: int) -> int:
 
 def strategies(cfg, prompt) -> list[str]:
     """The configured strategies, or every strategy the rejected prompt defines; the rewrite
-    design has its own."""
+    design's default is its own (persona_rewrite)."""
     if cfg.generation.design == REWRITE:
-        return [CONTRAST]
+        return cfg.generation.strategies or [CONTRAST]
     return cfg.generation.strategies or list(prompt.extra["strategies"])
 
 
@@ -398,16 +398,26 @@ _REWRITE = {
 
 def preflight(cfg) -> None:
     """Every strategy the config names is a strategy module or in the rejected prompt's
-    `strategies:` table."""
-    rejected = load_prompt(cfg.generation.rejected_prompt)
-    table = rejected.extra.get("strategies", {})
-    unknown = sorted(set(cfg.generation.strategies or ()) - set(known(table)))
-    if not table and not cfg.generation.strategies:
+    `strategies:` table, and writes with the config's design (a plan strategy has no rewrite
+    to write, a rewrite strategy no content plan)."""
+    g = cfg.generation
+    rejected = load_prompt(g.rejected_prompt)
+    table = rejected.extra.get("strategies", {}) if g.design != REWRITE else {}
+    unknown = sorted(set(g.strategies or ()) - set(known(table)))
+    if not table and not g.strategies and g.design != REWRITE:
         raise PromptError(f"{rejected.path}: has no `strategies:` table (name at least one)")
     if unknown:
+        where = "pipeline/strategies" if g.design == REWRITE else f"{rejected.path}"
         raise PromptError(
-            f"{rejected.path}: config generation.strategies names {unknown}, which neither "
-            f"the prompt's strategies table nor pipeline/strategies/ defines"
+            f"{where}: config generation.strategies names {unknown}, which neither the "
+            f"rejected prompt's strategies table nor pipeline/strategies/ defines for "
+            f"generation.design {g.design} (known: {', '.join(known(table))})"
+        )
+    other = [n for n in g.strategies or () if spec(n, table).design != g.design]
+    if other:
+        raise PromptError(
+            f"config generation.strategies names {other}, which write with another "
+            f"generation.design than {g.design}: name strategies of that design"
         )
 
 

@@ -2,6 +2,7 @@
 answer, rewritten for the user (chosen) and for a contrasting user (rejected), one concrete
 instruction per dimension on which the two differ (prompts/rewrite.yaml's `directions`), with
 each user's own words; kept if at least one difference shows in the text (pipeline/realised.py).
+`rewrite_pair` writes a pair of the design for any two sides (instructed_rewrite.py's too).
 """
 
 from __future__ import annotations
@@ -32,13 +33,10 @@ async def write(w, rec, name: str):
     task = rec.task
     g = w.ctx.cfg.generation
     directions = w.prompts["chosen"].extra["directions"]
-    signs = {
-        d: unasked(s, task.question) for d, s in w.prompts["chosen"].extra.get("signs", {}).items()
-    }
     if task.task_id not in w.partners:
         return w.dropped(rec, "no_contrast", f"{task.persona.persona_id} has nobody to contrast")
     other, _, _, prefs_b = w.partners[task.task_id]
-    mine = {p.dimension: (p.level, p.statement) for p in task.persona.preferences}
+    mine = stated(task)
     theirs = {p["dimension"]: (p["level"], p["statement"]) for p in prefs_b}
     dims = contrasted(g, directions, mine, theirs)
     if not dims:
@@ -47,6 +45,24 @@ async def write(w, rec, name: str):
             "no_contrast",
             f"{task.persona.persona_id} and {other} differ on none of {g.dimensions}",
         )
+    return await rewrite_pair(w, rec, name, dims, mine, theirs, rejected_for=other)
+
+
+def stated(task) -> dict[str, tuple[str, str]]:
+    """The task's user's preferences: dimension -> (level, their own statement)."""
+    return {p.dimension: (p.level, p.statement) for p in task.persona.preferences}
+
+
+async def rewrite_pair(w, rec, name: str, dims: list[str], mine: dict, theirs: dict, **more):
+    """The pair of one task: the shared base answer rewritten for `mine` (chosen) and for
+    `theirs` (rejected) on `dims` (dimension -> (level, statement) each), kept if at least one
+    difference shows in the text; `more` goes onto the Pair (`rejected_for`)."""
+    task = rec.task
+    g = w.ctx.cfg.generation
+    directions = w.prompts["chosen"].extra["directions"]
+    signs = {
+        d: unasked(s, task.question) for d, s in w.prompts["chosen"].extra.get("signs", {}).items()
+    }
     side = {"question": task.question, "word_budget": w.budget}
     levels = {d: (mine[d][0], theirs[d][0]) for d in dims}  # chosen's, rejected's
     shown = ", ".join(f"{d} {a}/{b}" for d, (a, b) in levels.items())
@@ -111,11 +127,11 @@ async def write(w, rec, name: str):
         chosen=texts[0],
         rejected=texts[1],
         rejected_strategy=name,
-        rejected_for=other,
         generator_model=w.model,
         prompt_versions=w.versions,
         calls={"base_answer": base.key, "chosen": chosen.key, "rejected": rejected.key},
         differences=differences,
+        **more,
     )
 
 
@@ -125,4 +141,5 @@ STRATEGY = StrategySpec(
     write,
     # couples differ where a rewrite can show it: on the dimensions the design rewrites
     couples=lambda generation: dict.fromkeys(generation.dimensions, 100),
+    design="rewrite",
 )
