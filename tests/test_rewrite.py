@@ -304,7 +304,9 @@ def test_an_instructed_rewrite_breaks_the_users_own_stated_preference(tmp_path, 
         generation={"strategies": ["instructed_rewrite"]},
     )
     run = Path(build(config)["run_dir"])
-    stand_ins = load_prompt("rewrite").extra["stand_ins"]
+    from pipeline.personas.files import load_taxonomy
+
+    stand_ins = load_taxonomy().stand_ins
     pairs = lines(run / "pairs.jsonl", Pair)
     assert len(pairs) >= 6
     for p in pairs:
@@ -376,3 +378,14 @@ def test_a_rewrite_pair_is_judged_for_adherence_on_what_it_was_rewritten_on(rewr
             assert len(shown) == len(p.differences) < len(p.rubric_aspects)
     plan = p.model_copy(update={"differences": []})  # a plan pair: every aspect, as before
     assert len(CHECK.asks[0].variables(plan, None)["aspects"]) == len(p.rubric_aspects)
+
+
+def test_a_stand_in_for_a_level_the_dimension_lacks_is_refused_naming_the_file(tmp_path):
+    from pipeline.personas.files import PersonaFileError, load_taxonomy
+
+    data = yaml.safe_load((REPO / "personas" / "taxonomy.yaml").read_text())
+    data["dimensions"]["format"]["stand_ins"]["tables"] = "I like tables."
+    bad = tmp_path / "taxonomy.yaml"
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(PersonaFileError, match=r"taxonomy\.yaml: dimension 'format' .*tables"):
+        load_taxonomy(bad)

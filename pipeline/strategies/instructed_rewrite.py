@@ -1,6 +1,6 @@
 """instructed_rewrite, the rewrite design's instructed strategy: the shared base answer
 rewritten for the user (chosen) and for a stand-in who states another level of the user's own
-preference (rejected: prompts/rewrite.yaml's `stand_ins`, with that level's instruction), on
+preference (rejected: personas/taxonomy.yaml's `stand_ins`, with that level's instruction), on
 the recipe's dimensions the user stated. No partner is needed: every user who states one of
 the dimensions gets a pair, and the pair records the preference it breaks (`differences`).
 Kept, like persona_rewrite's, only if a difference shows in the text (pipeline/realised.py).
@@ -8,6 +8,9 @@ Kept, like persona_rewrite's, only if a difference shows in the text (pipeline/r
 
 from __future__ import annotations
 
+from functools import cache
+
+from pipeline.personas.files import load_taxonomy
 from pipeline.realised import visible
 from pipeline.records import stable_id
 from pipeline.strategies.base import StrategySpec
@@ -39,14 +42,17 @@ def broken(g, directions: dict, stand_ins: dict, mine: dict, seed: int, task_id:
     return out
 
 
+@cache
+def stand_ins() -> dict[str, dict[str, str]]:
+    return load_taxonomy().stand_ins
+
+
 async def write(w, rec, name: str):
     task = rec.task
     g = w.ctx.cfg.generation
-    extra = w.prompts["rejected"].extra
+    directions = w.prompts["rejected"].extra["directions"]
     mine = stated(task)
-    theirs = broken(
-        g, extra["directions"], extra.get("stand_ins", {}), mine, w.ctx.cfg.seed, task.task_id
-    )
+    theirs = broken(g, directions, stand_ins(), mine, w.ctx.cfg.seed, task.task_id)
     if not theirs:
         return w.dropped(
             rec,
