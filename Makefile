@@ -86,6 +86,6 @@ clean:
 	rm -rf $(VENV) outputs/demo outputs/demo-local outputs/demo-lamp-published outputs/demo-lamp-prb
 
 # re-record a real-model replay fixture (tests/real_model/NAME.json.gz) on the real 1.5B model:
-# `make record-real NAME=demo-local` (minutes), real-default / real-instructed (hours)
+# `make record-real NAME=demo-local` (minutes), real-default / real-instructed / real-planned (hours)
 record-real: $(QWEN)
 	$(PY) tests/real_model/record.py $(NAME)

@@ -3,7 +3,7 @@
 stage's own rule (pipeline/stages/rubrics.py `distinctive`, `generic`).
 
     .venv/bin/python bench/generic_aspects.py RUN_DIR [RUN_DIR ...] [--examples N]
-    .venv/bin/python bench/generic_aspects.py --recorded real-instructed
+    .venv/bin/python bench/generic_aspects.py --recorded real-planned
 
 (real-default, real-fit and demo-local take their users' own statements: no planner aspects)
 

@@ -33,6 +33,12 @@ BEFORE_CHECKS = {  # column -> (dtype names, card text)
         "the profile of the `rejected_for` user (empty when `rejected` was written for no one): "
         "each answer can be judged under the user it was written for",
     ),
+    "differences": (
+        [{"dimension": _S, "chosen": _S, "rejected": _S, "realised": "bool"}],
+        "the rewrite design: each preference dimension the two answers were written to differ "
+        "on, the level each was written for and whether the text shows it (`realised`, null "
+        "where no model-free reading sees it); empty for the plan design",
+    ),
 }
 AFTER_CHECKS = {
     "would_drop": (

@@ -45,7 +45,7 @@ SMOKE = {  # script -> (arguments at the smallest size, what its output must sho
     "real_builds.py": (["demo-local"], "pairs released"),
     "generic_aspects.py": (["--recorded", "demo-local"], "generic"),
     "remote_build.py": (
-        ["--simulator", "--config", "configs/real-instructed.yaml", "--per-category", "2"],
+        ["--simulator", "--config", "configs/real-planned.yaml", "--per-category", "2"],
         "pairs/h",
     ),
     "blind_read.py": (["items", RELEASE, "--out", "blind"], "items in"),

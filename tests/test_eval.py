@@ -633,6 +633,38 @@ def test_the_position_free_judge_probes_read_each_answer_alone(tmp_path, sim_url
     assert llm.usage["audit"].calls == 0 and [p.value for p in again] == [p.value for p in probes]
 
 
+def test_the_aware_judge_is_split_by_what_each_rewrite_pair_shows(tmp_path, sim_url):
+    """A release that carries `differences` (the rewrite design) gets the persona-aware figure
+    per kind of pair (what the text shows it differs on), each with its n and interval, and
+    the parts add up to the whole; a release without them gets the whole alone."""
+    from pipeline.probes import run_judges
+
+    rows = persona_rows(12)
+    kinds = ["format", "cultural_context", "cultural_context+format"]
+    for k, r in enumerate(rows):
+        shown = kinds[k % 3].split("+")
+        r["differences"] = [
+            {"dimension": d, "chosen": "a", "rejected": "b", "realised": True} for d in shown
+        ] + [{"dimension": "constraints", "chosen": "a", "rejected": "b", "realised": False}]
+
+    async def audit(rows):
+        llm = LLM(ModelConfig(base_url=sim_url), ResponseCache(tmp_path / "audit.sqlite"))
+        try:
+            return await run_judges(rows, llm, "prb-sim-1", position_free=True)
+        finally:
+            await llm.aclose()
+
+    by = {p.name: p for p in run(audit(rows))}
+    whole = by["judge, persona-aware, position-free"]
+    parts = {k: by[f"judge, persona-aware, position-free: {k} pairs"] for k in kinds}
+    assert all(p.n == 4 and p.low <= p.value <= p.high for p in parts.values())
+    assert sum(p.n for p in parts.values()) == whole.n == 12
+    assert sum(p.value * p.n for p in parts.values()) == pytest.approx(whole.value * whole.n)
+    assert not [n for n in by if "constraints" in n]  # not realised: no kind of its own
+    plain = [{k: v for k, v in r.items() if k != "differences"} for r in rows]
+    assert not [p for p in run(audit(plain)) if p.name.endswith(" pairs")]
+
+
 def test_the_swap_probe_asks_each_answer_under_the_user_it_was_written_for(tmp_path, sim_url):
     """Issue 46's 2x2 swap probe: chosen preferred with its user's profile, rejected with the
     profile of the user it was written for (`rejected_for`). Answers written for their users

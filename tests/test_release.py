@@ -43,6 +43,7 @@ PROVENANCE = [
     "rejected_strategy",
     "rejected_for",
     "rejected_for_profile",
+    "differences",
     "quality",
     "pair_checks",
     "would_drop",

@@ -243,6 +243,19 @@ def test_a_rewrite_builds_release_verifies(rewritten):
     assert verify(rewritten / "release") == []
 
 
+def test_the_release_says_what_separates_each_rewrite_pair(rewritten):
+    """`differences` is released: a reader of the split sees which preference each pair turns
+    on, each side's level and whether the text shows it (pairs.jsonl had it, the release not)."""
+    import datasets
+
+    made = {p.pair_id: p for p in lines(rewritten / "pairs.jsonl", Pair)}
+    rows = datasets.load_dataset(str(rewritten / "release"), split="test")
+    assert rows.num_rows
+    for row in rows:
+        assert row["differences"] == [d.model_dump() for d in made[row["id"]].differences]
+        assert row["differences"] and any(d["realised"] for d in row["differences"])
+
+
 def test_the_design_records_nothing_new_for_a_plan_build(tmp_path, sim_url):
     """A plan build's manifest keeps its bytes: the new settings are left out at their
     default, as evaluate_all was."""

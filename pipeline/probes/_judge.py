@@ -18,7 +18,7 @@ import asyncio
 from pipeline.calls import LLMError, PermanentLLMError
 from pipeline.contrast import User, contrasts
 from pipeline.llm.prompts import load_prompt
-from pipeline.probes.base import Probe
+from pipeline.probes.base import Probe, rule
 from pipeline.records import POINTS
 from pipeline.release.load import user_context, user_key
 from pipeline.stats import wilson
@@ -136,6 +136,33 @@ def chosen_points(verdicts: dict, who: str) -> float | None:
     if not ab or not ba:
         return None
     return (POINTS[ab] + 1.0 - POINTS[ba]) / 2
+
+
+def shown_on(row: dict) -> str | None:
+    """What a rewrite pair's text shows it differs on (its realised dimensions, joined by
+    "+"), or None for a row with no `differences` (the plan design, another release)."""
+    shown = [d["dimension"] for d in row.get("differences") or () if d.get("realised")]
+    return "+".join(sorted(shown)) or None
+
+
+def by_difference(
+    found: Probe, rows: list[dict], scores: list[float | None], seed: int
+) -> list[Probe]:
+    """`found` split by what each pair shows it differs on (`shown_on`): one probe per kind
+    with its own n and interval, named after `found` (rows without differences: none). A
+    judge that reads a named place more surely than a layout shows it here."""
+    groups: dict[str, list[float]] = {}
+    for r, score in zip(rows, scores, strict=True):
+        if score is not None and (kind := shown_on(r)):
+            groups.setdefault(kind, []).append(score)
+    out = []
+    for kind, got in sorted(groups.items()):
+        part = rule(
+            f"{found.name}: {kind} pairs", f"{found.about}; the pairs that show {kind}", got, seed
+        )
+        part.leak = None  # a part is information: the whole probe carries the flag
+        out.append(part)
+    return out
 
 
 def won(margin: float) -> float:

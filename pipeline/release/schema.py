@@ -75,6 +75,7 @@ def to_row(f: FilterRecord, ann: AnnotationRecord, profiles: dict[str, list[dict
         "rejected_strategy": p.rejected_strategy,
         "rejected_for": p.rejected_for,
         "rejected_for_profile": profiles.get(p.rejected_for, []) if p.rejected_for else [],
+        "differences": [d.model_dump() for d in p.differences],
     }
     results = {c.name: c.read(f) for c in CHECKS}
     for c in CHECKS:  # a check that did not run (no judge qualified) leaves its columns null

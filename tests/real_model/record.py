@@ -37,6 +37,7 @@ RECORDINGS = {
     "demo-local": "configs/local.yaml",
     "real-default": "configs/real-default.yaml",
     "real-instructed": "configs/real-instructed.yaml",
+    "real-planned": "configs/real-planned.yaml",
     "real-fit": "configs/real-fit.yaml",
 }
 
@@ -148,9 +149,12 @@ def refresh(name: str, keep: Path | None = None) -> None:
                 f"the replay exited {run.returncode}: nothing refreshed (a prompt changed? "
                 f"record it again on the model: `make record-real NAME={name}`)"
             )
-        release = outputs / fixture["run_id"] / "release"
+        # the config's run id: a recording renamed (real-instructed -> real-planned) takes it
+        run_id = yaml.safe_load((REPO / RECORDINGS[name]).read_text())["run_id"]
+        release = outputs / run_id / "release"
         manifest = json.loads((release / "manifest.json").read_text())
         fixture.update(
+            run_id=run_id,
             files=file_hashes(release),
             funnel=manifest["funnel"],
             validity=manifest["validity"],
