@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -40,8 +40,6 @@ class Taxonomy:
 
     descriptions: dict[str, str]  # dimension -> what it is about
     levels: dict[str, dict[str, str]]  # dimension -> level -> what a user on that level wants
-    # dimension -> level -> what a user on that level says (the rewrite design's stand-ins)
-    stand_ins: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def dimensions(self) -> list[str]:
@@ -57,7 +55,7 @@ def load_taxonomy(path: str | Path = TAXONOMY_PATH) -> Taxonomy:
     dims = data.get("dimensions") if isinstance(data, dict) else None
     if not isinstance(dims, dict) or not dims:
         raise PersonaFileError(f"{path}: expected a mapping `dimensions:`")
-    descriptions, levels, stand_ins = {}, {}, {}
+    descriptions, levels = {}, {}
     for name, spec in dims.items():
         lv = spec.get("levels") if isinstance(spec, dict) else None
         # one level cannot contradict anything: a dimension needs at least two
@@ -65,15 +63,7 @@ def load_taxonomy(path: str | Path = TAXONOMY_PATH) -> Taxonomy:
             raise PersonaFileError(f"{path}: dimension {name!r} needs at least two levels")
         descriptions[name] = str(spec.get("description", ""))
         levels[name] = {str(k): str(v) for k, v in lv.items()}
-        said = spec.get("stand_ins") or {}
-        unknown = sorted(set(map(str, said)) - set(levels[name])) if isinstance(said, dict) else 0
-        if not isinstance(said, dict) or unknown:
-            raise PersonaFileError(
-                f"{path}: dimension {name!r} stand_ins must map its levels to a statement"
-                + (f" ({unknown} are not its levels)" if unknown else "")
-            )
-        stand_ins[name] = {str(k): str(v) for k, v in said.items()}
-    return Taxonomy(descriptions, levels, stand_ins)
+    return Taxonomy(descriptions, levels)
 
 
 # --- reading files ----------------------------------------------------------------------------

@@ -192,6 +192,7 @@ class Writer:
         self.instructions = self.prompts["rejected"].extra.get("strategies", {})
         self.names = strategies(ctx.cfg, self.prompts["rejected"])
         self.specs = {n: spec(n, self.instructions) for n in self.names}
+        self.rubrics, self._said = rubrics, None
         coupled = [s for s in self.specs.values() if s.partnered]
         self.partners = swap_partners(rubrics, coupled[0].couples(g), questions) if coupled else {}
         # a task with nobody to contrast takes one of these instead
@@ -199,6 +200,20 @@ class Writer:
         self.others = alone or [
             n for n in self.instructions if not spec(n, self.instructions).partnered
         ]
+
+    def said(self) -> dict[tuple[str, str], list[tuple[str, str]]]:
+        """(dimension, level) -> (persona id, statement) of every user of the run who states
+        that level on one of the recipe's dimensions, by persona id: what users on each level
+        said, in their own words (read once, when first asked)."""
+        if self._said is None:
+            dims, found = set(self.ctx.cfg.generation.dimensions), {}
+            for rec in self.rubrics:
+                for p in rec.task.persona.preferences:
+                    if p.dimension in dims:
+                        key = (p.dimension, p.level)
+                        found.setdefault(key, {})[rec.task.persona.persona_id] = p.statement
+            self._said = {k: sorted(v.items()) for k, v in found.items()}
+        return self._said
 
     async def ask(
         self, role: str, max_tokens: int | None = None, sampling: dict | None = None, **variables
@@ -304,7 +319,10 @@ async def run(ctx: RunContext, rubrics: Records) -> StageReport:
     writer = Writer(ctx, rubrics)
     await process_stage(STAGE, rubrics, ctx.run_dir, writer.write)
     # (a run of partnered strategies alone has nothing to rewrite: its other pairs have none)
-    rewrite_on = ctx.cfg.generation.rewrite_artifacts and ctx.cfg.filters.artifact_gate
+    # the gate's rewrite (persona_swap's chosen prompt) is the plan design's: under the
+    # rewrite design a leaking pair is left to the gate's second half, which drops it
+    g = ctx.cfg.generation
+    rewrite_on = g.rewrite_artifacts and ctx.cfg.filters.artifact_gate and g.design != REWRITE
     found = {}
     if rewrite_on and any(not s.partnered for s in writer.specs.values()):
         writer.partners = writer.partners or swap_partners(rubrics, None, ctx.read(Task))

@@ -1,50 +1,49 @@
 """instructed_rewrite, the rewrite design's instructed strategy: the shared base answer
-rewritten for the user (chosen) and for a stand-in who states another level of the user's own
-preference (rejected: personas/taxonomy.yaml's `stand_ins`, with that level's instruction), on
-the recipe's dimensions the user stated. No partner is needed: every user who states one of
-the dimensions gets a pair, and the pair records the preference it breaks (`differences`).
-Kept, like persona_rewrite's, only if a difference shows in the text (pipeline/realised.py).
+rewritten for the user (chosen) and against the user's own stated preference (rejected): on
+each of the recipe's dimensions the user states, another level that can show against theirs,
+told with the words of a user of the run who states that level (as persona_rewrite's rejected
+side is told its partner's). No partner is needed, so every user who states one of the
+dimensions gets pairs, and the pair records the preference it breaks (`differences`).
+
+The stand-in words are other users' own, never a fixed list: a place named on the rejected
+side is some user's home, named on the chosen side of that user's pairs, so no place (or
+phrase) marks an answer as rejected across the release. Kept, like persona_rewrite's, only if
+a difference shows in the text (pipeline/realised.py).
 """
 
 from __future__ import annotations
 
-from functools import cache
-
-from pipeline.personas.files import load_taxonomy
 from pipeline.realised import visible
 from pipeline.records import stable_id
 from pipeline.strategies.base import StrategySpec
 from pipeline.strategies.persona_rewrite import rewrite_pair, stated
 
 
-def away(dimension: str, level: str, levels: list[str], seed: int, task_id: str) -> str | None:
-    """The level a task's rejected side takes on `dimension`: one of `levels` that differs
-    visibly from the user's (pipeline/realised.visible), picked by a seeded hash of the task;
-    None if there is none."""
-    other = [x for x in levels if x != level and visible(dimension, (level, x))]
-    if not other:
-        return None
-    return other[int(stable_id(seed, task_id, dimension), 16) % len(other)]
+def _pick(options: list, seed: int, *key: str):
+    return options[int(stable_id(seed, *key), 16) % len(options)]
 
 
-def broken(g, directions: dict, stand_ins: dict, mine: dict, seed: int, task_id: str) -> dict:
-    """dimension -> (level, statement) of the stand-in, on the recipe's dimensions the user
-    stated with an instruction, at most `dimensions_per_pair`."""
+def broken(g, directions: dict, said: dict, mine: dict, who: str, seed: int, task: str) -> dict:
+    """dimension -> (level, statement) for the rejected side: on each of the recipe's
+    dimensions the user states (at most `dimensions_per_pair`), a level with an instruction
+    that differs visibly from theirs (pipeline/realised.visible) and that another user of the
+    run states, and one such user's statement, both picked by a seeded hash of the task."""
     out = {}
     for d in g.dimensions:
         if len(out) == g.dimensions_per_pair:
             break
         if d not in mine or mine[d][0] not in directions.get(d, {}):
             continue
-        levels = [x for x in directions[d] if x in stand_ins.get(d, {})]
-        if (level := away(d, mine[d][0], levels, seed, task_id)) is not None:
-            out[d] = (level, stand_ins[d][level])
+        others = {
+            level: [s for persona, s in said.get((d, level), ()) if persona != who]
+            for level in directions[d]
+            if level != mine[d][0] and visible(d, (mine[d][0], level))
+        }
+        levels = [level for level, statements in others.items() if statements]
+        if levels:
+            level = _pick(levels, seed, task, d)
+            out[d] = (level, _pick(others[level], seed, task, d, level))
     return out
-
-
-@cache
-def stand_ins() -> dict[str, dict[str, str]]:
-    return load_taxonomy().stand_ins
 
 
 async def write(w, rec, name: str):
@@ -52,20 +51,21 @@ async def write(w, rec, name: str):
     g = w.ctx.cfg.generation
     directions = w.prompts["rejected"].extra["directions"]
     mine = stated(task)
-    theirs = broken(g, directions, stand_ins(), mine, w.ctx.cfg.seed, task.task_id)
+    who = task.persona.persona_id
+    theirs = broken(g, directions, w.said(), mine, who, w.ctx.cfg.seed, task.task_id)
     if not theirs:
         return w.dropped(
             rec,
             "no_preference_stated",
-            f"{task.persona.persona_id} states none of {g.dimensions}",
+            f"{who} states none of {g.dimensions} (or nobody in the run states another level)",
         )
     return await rewrite_pair(w, rec, name, list(theirs), mine, theirs)
 
 
 STRATEGY = StrategySpec(
     "instructed_rewrite",
-    "the shared base answer rewritten for a stand-in who states another level of the user's "
-    "own preference",
+    "the shared base answer rewritten against the user's own stated preference, told another "
+    "level in the words of a user of the run who states it",
     write,
     design="rewrite",
 )
