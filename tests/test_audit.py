@@ -162,3 +162,34 @@ def test_cli_audit_and_show(clean_run):
     assert missing.exit_code == 2 and "no pair" in missing.output
     bad = runner.invoke(app, ["audit", str(run_dir / "nope")])
     assert bad.exit_code == 2
+
+
+def test_a_judge_the_endpoint_does_not_serve_is_refused_before_any_call(clean_run, sim_url):
+    """`prb audit --base-url` caches the judge's answers under its model name; a server that
+    ignores the name answers any, so a forgotten --model cached the 1.5B's verdicts as the
+    config's judge (stop 56). A judge the endpoint does not list is refused in one line."""
+    import httpx
+
+    run_dir, result = clean_run
+    release = str(Path(result["release_dir"]))
+    asked = lambda: httpx.get(sim_url.removesuffix("/v1") + "/stats").json()["requests"]  # noqa: E731
+    before = asked()
+    runner = CliRunner()
+    refused = runner.invoke(
+        app,
+        [
+            "audit",
+            release,
+            "--position-free",
+            "--base-url",
+            sim_url,
+            "--model",
+            "qwen-7b",
+            "--out",
+            str(run_dir.parent / "refused"),
+        ],
+    )
+    assert refused.exit_code == 2
+    said = refused.output.strip().splitlines()
+    assert len(said) == 1 and "serves prb-sim-1" in said[0] and "'qwen-7b'" in said[0]
+    assert "Traceback" not in refused.output and asked() == before

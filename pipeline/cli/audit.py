@@ -72,16 +72,31 @@ def audit(
             stack.enter_context(progress.showing(errors))
         judged = None
         if judge or sim or position_free:
-            judged = (
-                judge_config(stack, config, sim, base_url),
-                model,
-                "position-free" if position_free else "pairwise",
-            )
+            cfg = judge_config(stack, config, sim, base_url)
+            if base_url and not sim:
+                check_served(cfg, model or cfg.model.judge, base_url)
+            judged = (cfg, model, "position-free" if position_free else "pairwise")
         out = audit_target(target, worst, out, judged, null)
     console.print((out / "summary.md").read_text(), markup=False, highlight=False)
     if json.loads((out / "audit.json").read_text())["warnings"]:
         console.print("[yellow]the audit has warnings: see the top of the report[/yellow]")
     console.print(f"report: {out / 'report.html'}")
+
+
+def check_served(cfg, judge: str, base_url: str) -> None:
+    """The judge's answers are cached under its model name, and a server that ignores the
+    name (llama.cpp's) answers any: a judge the endpoint does not list would cache another
+    model's verdicts under it (stop 56: the config's "prb-sim-1" for the 1.5B's)."""
+    from pipeline.errors import PrbError
+    from pipeline.llm.backends.openai import served_models
+
+    served = served_models(cfg.model)
+    if served and judge not in served:
+        shown = ", ".join(served[:5]) + (f" and {len(served) - 5} more" if len(served) > 5 else "")
+        raise PrbError(
+            f"--base-url {base_url} serves {shown}, not the judge {judge!r}: give --model "
+            f"with the served name (the judge's answers are cached under it)"
+        )
 
 
 def audit_target(target: str, worst: int, out: Path | None, judged, null: int = 0) -> Path:

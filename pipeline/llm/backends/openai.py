@@ -63,6 +63,21 @@ def read_completion(body: bytes | dict | None) -> tuple[str, str | None, dict]:
     return content, choice.get("finish_reason"), tokens
 
 
+def served_models(cfg) -> list[str] | None:
+    """The model ids the endpoint of `cfg` lists (`/v1/models`); None where it lists none or
+    cannot be asked."""
+    try:
+        with openai.OpenAI(
+            base_url=cfg.base_url,
+            api_key=cfg.api_key.get_secret_value(),
+            max_retries=0,
+            timeout=min(30.0, cfg.timeout_s),
+        ) as client:
+            return [m.id for m in client.models.list().data] or None
+    except openai.OpenAIError:
+        return None
+
+
 class OpenAIBackend:
     name = "openai"
     batch = True  # the Batch API (pipeline/llm/batch.py) speaks this protocol
