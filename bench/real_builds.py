@@ -30,7 +30,7 @@ from pipeline.stats import wilson  # noqa: E402
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("name", help="a recording: demo-local, real-default, real-instructed, real-fit, real-planned")
+    ap.add_argument("name", help="a recording: a name under tests/real_model/ (real-default, …)")
     ap.add_argument("--run-dir", type=Path, help="the run folder it was recorded in")
     args = ap.parse_args()
     fx = read_fixture(fixture_path(args.name))
